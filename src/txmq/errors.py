@@ -1,0 +1,58 @@
+"""The one exception hierarchy of txmq.
+
+Every error txmq raises on purpose derives from :class:`TxmqError`. Errors that a broker answers over the wire carry
+a RocketMQ response code and a remark a person can act on.
+"""
+
+from __future__ import annotations
+
+
+class TxmqError(Exception):
+    """Base class of every error txmq raises on purpose."""
+
+
+class ProtocolError(TxmqError):
+    """Bytes that do not follow RocketMQ's wire or record format."""
+
+
+class RecordDecodeError(ProtocolError):
+    """A commit-log record (or a batch body) that cannot be decoded."""
+
+
+class FrameError(ProtocolError):
+    """A remoting frame or header that cannot be decoded."""
+
+
+class StoreError(TxmqError):
+    """A failure of the message store."""
+
+
+class StoreClosedError(StoreError):
+    """The store was used after it was closed."""
+
+
+class CorruptStoreError(StoreError):
+    """A store file whose content cannot be trusted (and could not be repaired)."""
+
+
+class ConfigError(TxmqError):
+    """A configuration value or file that is not valid."""
+
+
+class RemotingError(TxmqError):
+    """A remote call failed: connection lost, timeout, or an error answer.
+
+    ``code`` is the RocketMQ response code when the peer answered with one, else ``None``.
+    """
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RequestTimeoutError(RemotingError):
+    """No response arrived within the timeout."""
+
+
+class ConnectionClosedError(RemotingError):
+    """The connection closed before the response arrived."""
