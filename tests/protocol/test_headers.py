@@ -1,0 +1,97 @@
+"""Typed headers parse extFields Java-style and write every value as a string."""
+
+from __future__ import annotations
+
+import pytest
+
+from txmq.protocol.headers import (
+    EndTransactionRequestHeader,
+    HeaderError,
+    PullMessageRequestHeader,
+    SendMessageRequestHeader,
+)
+
+
+def test_send_header_accepts_v2_letters_and_v1_names() -> None:
+    v2 = {
+        "a": "PG",
+        "b": "T",
+        "c": "TBW102",
+        "d": "4",
+        "e": "2",
+        "f": "0",
+        "g": "1700000000000",
+        "h": "0",
+        "i": "TAGS\x01A",
+        "j": "0",
+        "k": "false",
+        "m": "true",
+        "n": "broker-a",
+    }
+    h = SendMessageRequestHeader.from_ext(v2)
+    assert (h.producerGroup, h.topic, h.queueId, h.bornTimestamp, h.batch, h.unitMode) == (
+        "PG",
+        "T",
+        2,
+        1_700_000_000_000,
+        True,
+        False,
+    )
+    assert h.properties == "TAGS\x01A"
+    # C++ 1.x: code 10 with long names, numbers coerced to strings by the frame decoder, batch as "1".
+    v1 = {
+        "producerGroup": "PG",
+        "topic": "T",
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": "1",
+        "sysFlag": "0",
+        "bornTimestamp": "5",
+        "flag": "0",
+        "batch": "1",
+    }
+    h1 = SendMessageRequestHeader.from_ext(v1)
+    assert h1.batch is True and h1.queueId == 1
+    assert SendMessageRequestHeader.from_ext(h.to_v2_ext()) == h
+
+
+def test_missing_and_malformed_fields_are_named() -> None:
+    with pytest.raises(HeaderError, match="'topic' is missing"):
+        PullMessageRequestHeader.from_ext({"consumerGroup": "G"})
+    with pytest.raises(HeaderError, match="'queueId' has an invalid value 'x'"):
+        PullMessageRequestHeader.from_ext(
+            {
+                "consumerGroup": "G",
+                "topic": "T",
+                "queueId": "x",
+                "queueOffset": "0",
+                "maxMsgNums": "32",
+                "sysFlag": "0",
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "15000",
+            }
+        )
+
+
+def test_to_ext_writes_strings_and_java_booleans() -> None:
+    h = EndTransactionRequestHeader(
+        producerGroup="PG",
+        tranStateTableOffset=3,
+        commitLogOffset=99,
+        commitOrRollback=8,
+        fromTransactionCheck=True,
+        msgId="M",
+    )
+    ext = h.to_ext()
+    assert ext == {
+        "producerGroup": "PG",
+        "tranStateTableOffset": "3",
+        "commitLogOffset": "99",
+        "commitOrRollback": "8",
+        "fromTransactionCheck": "true",
+        "msgId": "M",
+    }
+    assert all(isinstance(v, str) for v in ext.values())
+    assert EndTransactionRequestHeader.from_ext(ext) == h
+    assert EndTransactionRequestHeader.from_ext({**ext, "fromTransactionCheck": "TRUE"}).fromTransactionCheck
+    assert not EndTransactionRequestHeader.from_ext({**ext, "fromTransactionCheck": "yes"}).fromTransactionCheck
