@@ -1,0 +1,113 @@
+"""Broker configuration: RocketMQ's ``broker.conf`` key names, RocketMQ's defaults except where durability wins."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from txmq.config import apply_properties, load_properties
+
+log = logging.getLogger("txmq.broker")
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+def default_ip() -> str:
+    """The address clients should use: the first non-loopback IPv4 address, else 127.0.0.1."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent; this only picks the outbound interface
+            ip = s.getsockname()[0]
+            if ip and not ip.startswith("0."):
+                return ip
+    except OSError:
+        pass
+    return "127.0.0.1"
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    """Fields are the snake_case of RocketMQ's keys (``brokerClusterName`` -> ``broker_cluster_name``)."""
+
+    broker_name: str = "broker-a"
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = 0
+    listen_port: int = 10911
+    broker_ip1: str = ""  # empty: detect
+    namesrv_addr: str = ""  # "host:port;host:port"
+    store_path_root_dir: str = "txmq-data/store"
+    # Durable by default: RocketMQ defaults to ASYNC_FLUSH; txmq acknowledges only what is on disk.
+    flush_disk_type: str = "SYNC_FLUSH"
+    flush_interval_commit_log: int = 500
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    file_reserved_time: int = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    max_message_size: int = 4 * 1024 * 1024
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    broker_permission: int = 6
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
+    register_name_server_period: int = 30_000
+    client_channel_expired_seconds: int = 120
+    default_query_max_num: int = 32
+    # Transactions
+    reject_transaction_message: bool = False
+    transaction_time_out: int = 6_000
+    transaction_check_max: int = 15
+    transaction_check_interval: int = 60_000
+    max_pending_transactions: int = 1_000_000  # txmq: prepares fail with a clear error past this backlog
+    # Retry and delay
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    # ACL
+    acl_enable: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: object) -> BrokerConfig:
+        config = cls()
+        config.extra = apply_properties(config, load_properties(path))
+        for key, value in overrides.items():
+            setattr(config, key, value)
+        if config.extra:
+            log.info("broker.conf keys passed on to other parts: %s", ", ".join(sorted(config.extra)))
+        return config
+
+    @property
+    def advertised_ip(self) -> str:
+        return self.broker_ip1 or default_ip()
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.advertised_ip}:{self.listen_port}"
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.replace(",", ";").split(";") if a.strip()]
+
+    def store_properties(self) -> dict[str, str]:
+        """The storage keys, in RocketMQ's names, for the store's own configuration."""
+        keys = {
+            "storePathRootDir": self.store_path_root_dir,
+            "flushDiskType": self.flush_disk_type,
+            "flushIntervalCommitLog": str(self.flush_interval_commit_log),
+            "mappedFileSizeCommitLog": str(self.mapped_file_size_commit_log),
+            "fileReservedTime": str(self.file_reserved_time),
+            "deleteWhen": self.delete_when,
+            "diskMaxUsedSpaceRatio": str(self.disk_max_used_space_ratio),
+            "maxMessageSize": str(self.max_message_size),
+        }
+        keys.update(self.extra)
+        return keys
+
+    def replace(self, **changes: object) -> BrokerConfig:
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,65 @@
+"""Subscription group configuration (retry limits, consume switches), auto-created and persisted."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import orjson
+
+from txmq.util import atomic_write_json
+
+log = logging.getLogger("txmq.broker")
+
+
+@dataclass(slots=True)
+class SubscriptionGroupConfig:
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+
+
+class SubscriptionGroupManager:
+    def __init__(self, path: str | Path | None, *, auto_create: bool = True) -> None:
+        self._path = Path(path) if path else None
+        self._lock = threading.Lock()
+        self.auto_create = auto_create
+        self.groups: dict[str, SubscriptionGroupConfig] = {}
+        if self._path is not None and self._path.exists():
+            try:
+                raw = orjson.loads(self._path.read_bytes())
+                self.groups = {n: SubscriptionGroupConfig(**c) for n, c in raw["subscriptionGroupTable"].items()}
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.error("subscription groups %s are unreadable (%s); starting empty", self._path, exc)
+
+    def _persist_locked(self) -> None:
+        if self._path is not None:
+            atomic_write_json(self._path, {"subscriptionGroupTable": {n: asdict(c) for n, c in self.groups.items()}})
+
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config, created with defaults when auto-creation is on."""
+        cfg = self.groups.get(group)
+        if cfg is None and self.auto_create:
+            cfg = self.upsert(SubscriptionGroupConfig(group))
+        return cfg
+
+    def upsert(self, config: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        with self._lock:
+            self.groups[config.group_name] = config
+            self._persist_locked()
+        return config
+
+    def delete(self, group: str) -> bool:
+        with self._lock:
+            if self.groups.pop(group, None) is None:
+                return False
+            self._persist_locked()
+            return True

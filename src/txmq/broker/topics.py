@@ -1,0 +1,210 @@
+"""Topic configuration: system topics, auto-creation from TBW102, validation and persistence."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from txmq.clock import SYSTEM_CLOCK, Clock
+from txmq.util import atomic_write_json
+
+log = logging.getLogger("txmq.broker")
+
+PERM_PRIORITY = 8
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+BENCHMARK_TOPIC = "BenchmarkTest"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+# Clients may not send to these directly (NO_PERMISSION).
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+MAX_TOPIC_LENGTH = 127
+
+
+def validate_topic(topic: str | None) -> str | None:
+    """Return why ``topic`` is not a valid topic name, or None when it is."""
+    if not topic or not topic.strip():
+        return "The specified topic is blank."
+    if len(topic) > MAX_TOPIC_LENGTH:
+        return f"The specified topic is longer than topic max length {MAX_TOPIC_LENGTH}."
+    if not _TOPIC_RE.match(topic):
+        return f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    @property
+    def queue_count(self) -> int:
+        return max(self.read_queue_nums, self.write_queue_nums)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topicName": self.topic_name,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "topicFilterType": self.topic_filter_type,
+            "topicSysFlag": self.topic_sys_flag,
+            "order": self.order,
+        }
+
+
+class TopicConfigManager:
+    """All topics of one broker, persisted as JSON. Changes bump the data version the name server compares."""
+
+    def __init__(
+        self,
+        path: str | Path | None,
+        *,
+        cluster_name: str,
+        broker_name: str,
+        default_queue_nums: int = 8,
+        auto_create: bool = True,
+        cluster_topic: bool = True,
+        broker_topic: bool = True,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._path = Path(path) if path else None
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.topics: dict[str, TopicConfig] = {}
+        self.data_version = {"timestamp": clock.now_ms(), "counter": 0}
+        self._load()
+        system = [
+            TopicConfig(SELF_TEST_TOPIC, 1, 1),
+            TopicConfig(BENCHMARK_TOPIC, 1024, 1024),
+            TopicConfig(OFFSET_MOVED_EVENT, 1, 1),
+            TopicConfig(SCHEDULE_TOPIC, 18, 18),
+            TopicConfig(f"{cluster_name}_REPLY_TOPIC", 1, 1),
+        ]
+        if auto_create:
+            system.append(TopicConfig(AUTO_CREATE_TOPIC_KEY, default_queue_nums, default_queue_nums, perm=7))
+        if cluster_topic:
+            system.append(TopicConfig(cluster_name, 16, 16, perm=7))
+        if broker_topic:
+            system.append(TopicConfig(broker_name, 1, 1, perm=7))
+        self.system_topics = frozenset(t.topic_name for t in system) | NOT_ALLOWED_SEND_TOPICS
+        for cfg in system:
+            self.topics.setdefault(cfg.topic_name, cfg)
+
+    def _load(self) -> None:
+        if self._path is None or not self._path.exists():
+            return
+        try:
+            data = orjson.loads(self._path.read_bytes())
+            for name, raw in data.get("topicConfigTable", {}).items():
+                self.topics[name] = TopicConfig(**raw)
+            self.data_version = data.get("dataVersion", self.data_version)
+        except (OSError, ValueError, TypeError) as exc:
+            log.error("topic config %s is unreadable (%s); starting from the system topics only", self._path, exc)
+
+    def _persist_locked(self) -> None:
+        self.data_version = {"timestamp": self._clock.now_ms(), "counter": self.data_version["counter"] + 1}
+        if self._path is not None:
+            atomic_write_json(
+                self._path,
+                {"topicConfigTable": {n: asdict(c) for n, c in self.topics.items()}, "dataVersion": self.data_version},
+            )
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.topics.get(topic)
+
+    def is_system_topic(self, topic: str) -> bool:
+        return topic in self.system_topics or topic.lower().startswith("rmq_sys_")
+
+    def upsert(self, config: TopicConfig) -> TopicConfig:
+        with self._lock:
+            self.topics[config.topic_name] = config
+            self._persist_locked()
+        log.info(
+            "topic %s set: %d/%d queues, perm %d",
+            config.topic_name,
+            config.read_queue_nums,
+            config.write_queue_nums,
+            config.perm,
+        )
+        return config
+
+    def ensure(self, topic: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE) -> tuple[TopicConfig, bool]:
+        """Create ``topic`` with ``queue_nums`` queues when missing; return it and whether it was created."""
+        existing = self.topics.get(topic)
+        if existing is not None:
+            return existing, False
+        return self.upsert(TopicConfig(topic, queue_nums, queue_nums, perm)), True
+
+    def create_from_template(self, topic: str, template: str, requested_queues: int) -> TopicConfig | None:
+        """Auto-create a topic the way a send does: from a template topic that has PERM_INHERIT."""
+        existing = self.topics.get(topic)
+        if existing is not None:
+            return existing
+        tpl = self.topics.get(template)
+        if tpl is None or not tpl.perm & PERM_INHERIT:
+            return None
+        queues = max(1, min(requested_queues, tpl.write_queue_nums))
+        return self.upsert(TopicConfig(topic, queues, queues, tpl.perm & ~PERM_INHERIT))
+
+    def delete(self, topic: str) -> bool:
+        with self._lock:
+            if self.topics.pop(topic, None) is None:
+                return False
+            self._persist_locked()
+            return True
+
+    def wrapper(self) -> dict[str, Any]:
+        """The TopicConfigSerializeWrapper the name server registration carries."""
+        return {
+            "topicConfigTable": {n: c.to_json() for n, c in self.topics.items()},
+            "dataVersion": dict(self.data_version),
+        }
