@@ -109,7 +109,8 @@ def test_client_registry_tracks_members_subscriptions_and_expiry() -> None:
     reg.heartbeat(a, _hb("c1", "G", "TagC", version=0), now=21)
     assert reg.subscription("G", "T").expression == "TagA || TagB"
     assert {reg.pick_producer("PG").client_id for _ in range(4)} == {"c1", "c2"}
-    changed, dead = reg.expire(now=135)
+    reg.heartbeat(b, _hb("c2", "G", "TagA || TagB", version=2, cpp=True), now=100)
+    changed, dead = reg.expire(now=145)
     assert changed == ["G"] and dead == [a]
     assert reg.consumer_ids("G") == ["c2"]
     assert reg.connection_closed(b) == ["G"] and reg.pick_producer("PG") is None
