@@ -1,0 +1,5 @@
+import sys
+
+from txmq.cli import main
+
+sys.exit(main())

@@ -1,0 +1,237 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320)."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING, Any
+
+from txmq.broker.topics import (
+    NOT_ALLOWED_SEND_TOPICS,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TopicConfig,
+    dlq_topic,
+    validate_topic,
+)
+from txmq.errors import ProtocolError
+from txmq.protocol.codes import ResponseCode
+from txmq.protocol.frame import RemotingCommand
+from txmq.protocol.headers import SendMessageRequestHeader
+from txmq.protocol.record import (
+    MessageRecord,
+    Prop,
+    SysFlag,
+    decode_batch,
+    decode_properties,
+    encode_offset_msg_id,
+    normalize_host,
+    transaction_type,
+)
+
+if TYPE_CHECKING:
+    from txmq.broker.broker import Broker
+
+log = logging.getLogger("txmq.broker")
+
+
+class SendError(Exception):
+    """A send refused with a RocketMQ response code."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+class SendProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._random = random.Random()
+
+    async def handle(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
+        except ProtocolError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        try:
+            if header.batch:
+                return await self._send_batch(conn, cmd, header)
+            return await self._send_one(conn, cmd, header)
+        except SendError as exc:
+            return cmd.response(exc.code, exc.remark)
+
+    # -- checks shared by single and batch sends ---------------------------------------------------------------------
+
+    def _check_topic(self, header: SendMessageRequestHeader) -> TopicConfig:
+        broker = self.broker
+        if not broker.config.broker_permission & PERM_WRITE:
+            raise SendError(
+                ResponseCode.NO_PERMISSION, f"the broker[{broker.config.broker_name}] sending message is forbidden"
+            )
+        topic = header.topic
+        problem = validate_topic(topic)
+        if problem is not None:
+            raise SendError(ResponseCode.SYSTEM_ERROR, problem)
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            raise SendError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+        cfg = broker.topics.get(topic)
+        if cfg is None:
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                cfg, _ = broker.topics.ensure(topic, 1, PERM_READ | PERM_WRITE)
+            elif broker.config.auto_create_topic_enable:
+                cfg = broker.topics.create_from_template(topic, header.defaultTopic, header.defaultTopicQueueNums)
+            if cfg is None:
+                raise SendError(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{topic}] not exist, apply first please! (autoCreateTopicEnable="
+                    f"{str(broker.config.auto_create_topic_enable).lower()})",
+                )
+            broker.topic_changed()
+        if not cfg.writable:
+            raise SendError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        if header.queueId >= cfg.queue_count:
+            raise SendError(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{header.queueId}] is illegal, topic: {topic} queue count: {cfg.queue_count}",
+            )
+        return cfg
+
+    def _pick_queue(self, header: SendMessageRequestHeader, cfg: TopicConfig) -> int:
+        if header.queueId < 0:
+            return self._random.randrange(max(1, cfg.write_queue_nums))
+        return header.queueId
+
+    def _born_host(self, conn: Any) -> tuple[str, int]:
+        peer = getattr(conn, "peer", None) or ("127.0.0.1", 0)
+        host = normalize_host((peer[0], int(peer[1])))
+        return host if ":" not in host[0] else ("127.0.0.1", host[1])
+
+    def _sys_flag(self, header: SendMessageRequestHeader, cfg: TopicConfig) -> int:
+        flag = header.sysFlag
+        if cfg.topic_filter_type == "MULTI_TAG":
+            flag |= SysFlag.MULTI_TAGS
+        return flag
+
+    def _retry_redirect(self, header: SendMessageRequestHeader, topic: str, queue_id: int) -> tuple[str, int]:
+        """A direct send to ``%RETRY%group`` past the group's limit goes to ``%DLQ%group`` instead."""
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return topic, queue_id
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        sub = self.broker.subscriptions.get(group)
+        if sub is None:
+            raise SendError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+        max_times = sub.retry_max_times
+        if header.maxReconsumeTimes is not None:
+            max_times = header.maxReconsumeTimes
+        if (header.reconsumeTimes or 0) >= max_times:
+            dlq = dlq_topic(group)
+            self.broker.topics.ensure(dlq, 1, PERM_READ | PERM_WRITE)
+            self.broker.topic_changed()
+            log.info("message to %s reached %d reconsumes: sent to %s", topic, max_times, dlq)
+            return dlq, 0
+        return topic, queue_id
+
+    # -- single ------------------------------------------------------------------------------------------------------
+
+    async def _send_one(self, conn: Any, cmd: RemotingCommand, header: SendMessageRequestHeader) -> RemotingCommand:
+        broker = self.broker
+        cfg = self._check_topic(header)
+        queue_id = self._pick_queue(header, cfg)
+        response_queue_id = queue_id
+        topic, queue_id = self._retry_redirect(header, header.topic, queue_id)
+        if len(cmd.body) > broker.config.max_message_size:
+            raise SendError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size {len(cmd.body)} is over the limit {broker.config.max_message_size}",
+            )
+        props = decode_properties(header.properties or "")
+        props.pop(Prop.WAIT, None)
+        props[Prop.CLUSTER] = broker.config.broker_cluster_name
+        record = MessageRecord(
+            topic=topic,
+            body=cmd.body,
+            queue_id=queue_id,
+            flag=header.flag,
+            sys_flag=self._sys_flag(header, cfg),
+            born_timestamp=header.bornTimestamp,
+            born_host=self._born_host(conn),
+            store_host=broker.store_host,
+            reconsume_times=header.reconsumeTimes or 0,
+            properties=props,
+        )
+        if props.get(Prop.TRAN_MSG, "").lower() == "true":
+            return await broker.transactions.prepare(cmd, record, response_queue_id)
+        if transaction_type(record.sys_flag) != 0:
+            # Only END_TRANSACTION may write COMMIT or ROLLBACK records.
+            record.sys_flag &= ~0xC
+        delay = props.get(Prop.DELAY)
+        if delay and delay != "0":
+            record = broker.schedule.redirect(record, delay)
+        result = await broker.store.put(record)
+        return self._response(cmd, result, response_queue_id)
+
+    def _response(
+        self, cmd: RemotingCommand, result: Any, queue_id: int, msg_ids: str | None = None
+    ) -> RemotingCommand:
+        code = self.broker.put_status_code(result)
+        if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+            return cmd.response(code, f"storing the message failed: {getattr(result, 'status', result)}")
+        ext = {
+            "msgId": msg_ids or encode_offset_msg_id(self.broker.store_host, result.physical_offset),
+            "queueId": str(queue_id),
+            "queueOffset": str(result.queue_offset),
+            "MSG_REGION": self.broker.config.region_id,
+            "TRACE_ON": "true" if self.broker.config.trace_on else "false",
+        }
+        return cmd.response(code, None, ext)
+
+    # -- batch -------------------------------------------------------------------------------------------------------
+
+    async def _send_batch(self, conn: Any, cmd: RemotingCommand, header: SendMessageRequestHeader) -> RemotingCommand:
+        broker = self.broker
+        cfg = self._check_topic(header)
+        if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be sent to a retry topic")
+        if header.sysFlag & 0xC:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
+        try:
+            entries = decode_batch(cmd.body)
+        except ProtocolError as exc:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}") from exc
+        if not entries:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+        queue_id = self._pick_queue(header, cfg)
+        batch_props = decode_properties(header.properties or "")
+        batch_props.pop(Prop.WAIT, None)
+        batch_props[Prop.CLUSTER] = broker.config.broker_cluster_name
+        born_host = self._born_host(conn)
+        sys_flag = self._sys_flag(header, cfg)
+        records = []
+        for entry in entries:
+            if len(entry.body) > broker.config.max_message_size:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "a message in the batch is over the size limit")
+            props = decode_properties(entry.properties)
+            if props.get(Prop.DELAY, "0") not in ("", "0"):
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot carry a delay level")
+            props.pop(Prop.WAIT, None)
+            props.update(batch_props)
+            records.append(
+                MessageRecord(
+                    topic=header.topic,
+                    body=entry.body,
+                    queue_id=queue_id,
+                    flag=entry.flag,
+                    sys_flag=sys_flag,
+                    born_timestamp=header.bornTimestamp,
+                    born_host=born_host,
+                    store_host=broker.store_host,
+                    reconsume_times=header.reconsumeTimes or 0,
+                    properties=props,
+                )
+            )
+        results = await broker.store.put_many(records)
+        first = results[0]
+        ids = ",".join(encode_offset_msg_id(broker.store_host, r.physical_offset) for r in results)
+        return self._response(cmd, first, queue_id, ids)

@@ -1,0 +1,211 @@
+"""The ``txmq`` command: ``dev``, ``namesrv``, ``broker`` and ``admin``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from txmq.errors import TxmqError
+
+
+def _setup_logging(level: str, log_file: str | None = None) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file))
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=handlers,
+    )
+
+
+async def _serve_until_signalled(start: Callable[[], Awaitable[Any]], stop: Callable[[], Awaitable[None]]) -> None:
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, done.set)
+    await start()
+    try:
+        await done.wait()
+    finally:
+        await stop()
+
+
+def _run(coro_factory: Callable[[], Awaitable[None]]) -> int:
+    from txmq.net import install_event_loop
+
+    install_event_loop()
+    try:
+        asyncio.run(coro_factory())  # type: ignore[arg-type]
+    except TxmqError as exc:
+        print(f"txmq: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"txmq: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+# -- namesrv ---------------------------------------------------------------------------------------------------------
+
+
+def cmd_namesrv(args: argparse.Namespace) -> int:
+    from txmq.namesrv.server import NameServer
+
+    async def main() -> None:
+        ns = NameServer(kv_path=args.kv_file)
+
+        async def start() -> None:
+            port = await ns.start(args.host, args.port)
+            print(f"txmq name server listening on {args.host}:{port}", flush=True)
+
+        await _serve_until_signalled(start, ns.close)
+
+    return _run(main)
+
+
+# -- broker ----------------------------------------------------------------------------------------------------------
+
+
+def _broker_config(args: argparse.Namespace) -> Any:
+    from txmq.broker.config import BrokerConfig
+
+    config = BrokerConfig.from_file(args.config) if getattr(args, "config", None) else BrokerConfig()
+    for key, value in vars(args).items():
+        if key.startswith("set_") and value is not None:
+            setattr(config, key[4:], value)
+    return config
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from txmq.broker.broker import Broker
+
+    async def main() -> None:
+        broker = Broker(_broker_config(args))
+
+        async def start() -> None:
+            await broker.start(args.host)
+            print(f"txmq broker {broker.config.broker_name} listening on {broker.config.broker_addr}", flush=True)
+
+        await _serve_until_signalled(start, broker.close)
+
+    return _run(main)
+
+
+# -- dev -------------------------------------------------------------------------------------------------------------
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from txmq.broker.broker import Broker
+    from txmq.broker.config import BrokerConfig
+    from txmq.namesrv.server import NameServer
+
+    data = Path(args.data_dir).resolve()
+
+    async def main() -> None:
+        ns = NameServer(kv_path=data / "namesrv" / "kv.json")
+        broker: Broker | None = None
+
+        async def start() -> None:
+            nonlocal broker
+            ns_port = await ns.start(args.host, args.namesrv_port)
+            config = BrokerConfig.from_file(args.config) if args.config else BrokerConfig()
+            config.store_path_root_dir = str(data / "store")
+            config.listen_port = args.broker_port
+            config.namesrv_addr = f"127.0.0.1:{ns_port}"
+            config.broker_ip1 = config.broker_ip1 or "127.0.0.1"
+            if args.flush:
+                config.flush_disk_type = args.flush
+            if args.segment_size:
+                config.mapped_file_size_commit_log = args.segment_size
+            broker = Broker(config)
+            await broker.start(args.host)
+            print(
+                "txmq dev is running: a name server and a broker in one process\n"
+                f"  name server   127.0.0.1:{ns_port}   (namesrvAddr for clients)\n"
+                f"  broker        {config.broker_addr}   ({config.broker_name}, {config.broker_cluster_name}, "
+                f"{config.flush_disk_type})\n"
+                f"  data          {data}\n"
+                "Try it:\n"
+                f"  txmq admin --namesrv 127.0.0.1:{ns_port} send TopicTest 'hello'\n"
+                f"  txmq admin --namesrv 127.0.0.1:{ns_port} tail TopicTest\n"
+                "Stop with Ctrl-C.",
+                flush=True,
+            )
+
+        async def stop() -> None:
+            if broker is not None:
+                await broker.close()
+            await ns.close()
+
+        await _serve_until_signalled(start, stop)
+
+    return _run(main)
+
+
+# -- parser ------------------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="txmq", description="A RocketMQ-compatible broker centred on transactions.")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    parser.add_argument("--log-file", default=None, help="also write the log to this file")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    dev = sub.add_parser("dev", help="a name server and a broker in one process, data in ./txmq-data")
+    dev.add_argument("--data-dir", default="txmq-data")
+    dev.add_argument("--host", default="0.0.0.0")
+    dev.add_argument("--namesrv-port", type=int, default=9876)
+    dev.add_argument("--broker-port", type=int, default=10911)
+    dev.add_argument("-c", "--config", default=None, help="a broker.conf whose settings apply to the broker")
+    dev.add_argument("--flush", choices=["SYNC_FLUSH", "ASYNC_FLUSH"], default=None)
+    dev.add_argument("--segment-size", type=int, default=None, help="commit-log segment size in bytes")
+    dev.set_defaults(func=cmd_dev)
+
+    ns = sub.add_parser("namesrv", help="run a name server")
+    ns.add_argument("--host", default="0.0.0.0")
+    ns.add_argument("-p", "--port", type=int, default=9876)
+    ns.add_argument("--kv-file", default=None, help="where KV config is kept (default: memory only)")
+    ns.set_defaults(func=cmd_namesrv)
+
+    br = sub.add_parser("broker", help="run a broker from a RocketMQ-style broker.conf")
+    br.add_argument("-c", "--config", default=None, help="broker.conf (key=value, RocketMQ's key names)")
+    br.add_argument("--host", default="0.0.0.0")
+    br.add_argument("-n", "--namesrv", dest="set_namesrv_addr", default=None, help="overrides namesrvAddr")
+    br.add_argument("-p", "--port", dest="set_listen_port", type=int, default=None, help="overrides listenPort")
+    br.add_argument("--store", dest="set_store_path_root_dir", default=None, help="overrides storePathRootDir")
+    br.set_defaults(func=cmd_broker)
+
+    try:
+        from txmq.cli.admin import add_admin_parser
+    except ImportError:
+        pass
+    else:
+        add_admin_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.log_level, args.log_file)
+    try:
+        return int(args.func(args) or 0)
+    except TxmqError as exc:
+        print(f"txmq: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Real txmq processes for integration tests: a name server and a broker on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+READY_LINE = "txmq dev is running"
+
+
+def free_port() -> int:
+    """A port that is free now, and whose neighbour (the broker's HA port) is free too."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65000:
+            with socket.socket() as s2:
+                try:
+                    s2.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port pair found")
+
+
+@dataclass
+class DevCluster:
+    """``txmq dev`` in a child process. ``kill()`` is SIGKILL; ``start()`` reuses the same data and ports."""
+
+    data_dir: Path
+    conf: dict[str, str] = field(default_factory=dict)
+    namesrv_port: int = 0
+    broker_port: int = 0
+    proc: subprocess.Popen[str] | None = None
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def start(self, timeout: float = 30.0) -> DevCluster:
+        if not self.namesrv_port:
+            self.namesrv_port = free_port()
+            self.broker_port = free_port()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        conf_path = self.data_dir / "broker.conf"
+        conf_path.write_text("".join(f"{k}={v}\n" for k, v in self.conf.items()))
+        cmd = [
+            sys.executable,
+            "-m",
+            "txmq",
+            "--log-file",
+            str(self.data_dir / "txmq.log"),
+            "dev",
+            "--data-dir",
+            str(self.data_dir),
+            "--host",
+            "127.0.0.1",
+            "--namesrv-port",
+            str(self.namesrv_port),
+            "--broker-port",
+            str(self.broker_port),
+            "-c",
+            str(conf_path),
+        ]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
+        ready = threading.Event()
+
+        def pump(proc: subprocess.Popen[str]) -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                self.output.append(line.rstrip("\n"))
+                if READY_LINE in line:
+                    ready.set()
+
+        threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = "\n".join(self.output[-40:])
+                self.stop()
+                raise RuntimeError(f"txmq dev did not start:\n{tail}")
+        self._wait_for_route("TBW102", deadline)
+        return self
+
+    def _wait_for_route(self, topic: str, deadline: float) -> None:
+        """The broker registers asynchronously; wait until the name server can route its topics."""
+        from txmq.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
+
+        while time.monotonic() < deadline:
+            with socket.create_connection(("127.0.0.1", self.namesrv_port), timeout=2) as s:
+                s.sendall(encode_frame(RemotingCommand.request(105, {"topic": topic})))
+                decoder = FrameDecoder()
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    frames = decoder.feed(chunk)
+                    if frames:
+                        if frames[0].code == 0:
+                            return
+                        break
+            time.sleep(0.05)
+        raise RuntimeError("the broker never registered with the name server")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hooks, no flush, no abort-marker removal."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc = None
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        if self.proc is None:
+            return None
+        code = self.proc.poll()
+        if code is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                code = self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                code = self.proc.wait(10)
+        self.proc = None
+        return code
+
+    def log_text(self) -> str:
+        path = self.data_dir / "txmq.log"
+        return path.read_text(errors="replace") if path.exists() else ""

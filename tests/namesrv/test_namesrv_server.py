@@ -1,0 +1,115 @@
+"""The name server over real loopback sockets: registration, routes, KV, bad input, expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+
+import orjson
+
+from txmq.clock import FakeClock
+from txmq.namesrv.server import NameServer
+from txmq.net import connect
+from txmq.protocol.codes import RequestCode, ResponseCode
+from txmq.protocol.frame import RemotingCommand
+
+
+def _register(name: str, addr: str, topics: dict[str, int], counter: int = 1) -> RemotingCommand:
+    body = orjson.dumps(
+        {
+            "topicConfigSerializeWrapper": {
+                "topicConfigTable": {
+                    t: {"topicName": t, "readQueueNums": q, "writeQueueNums": q, "perm": 6} for t, q in topics.items()
+                },
+                "dataVersion": {"timestamp": 1, "counter": counter},
+            },
+            "filterServerList": [],
+        }
+    )
+    ext = {
+        "brokerName": name,
+        "brokerAddr": addr,
+        "clusterName": "C",
+        "haServerAddr": "",
+        "brokerId": "0",
+        "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF),
+    }
+    return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body)
+
+
+async def test_register_route_and_expiry() -> None:
+    clock = FakeClock()
+    ns = NameServer(clock=clock)
+    port = await ns.start("127.0.0.1", 0)
+    try:
+        broker = await connect("127.0.0.1", port)
+        resp = await broker.request(_register("broker-a", "127.0.0.1:10911", {"T": 4}), timeout=5)
+        assert resp.code == ResponseCode.SUCCESS
+        client = await connect("127.0.0.1", port)
+        route = await client.request(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}), 5)
+        assert route.code == 0
+        assert b'"brokerAddrs":{"0":"127.0.0.1:10911"}' in route.body
+        data = orjson.loads(route.body)
+        assert data["queueDatas"][0]["writeQueueNums"] == 4
+        missing = await client.request(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "X"}), 5)
+        assert missing.code == ResponseCode.TOPIC_NOT_EXIST and "X" in missing.remark
+        topics = await client.request(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), 5)
+        assert orjson.loads(topics.body) == {"topicList": ["T"]}
+        info = await client.request(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), 5)
+        assert orjson.loads(info.body)["clusterAddrTable"] == {"C": ["broker-a"]}
+        # No re-registration for 120 s: the broker expires on the next 10 s scan.
+        await clock.advance(130)
+        gone = await client.request(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}), 5)
+        assert gone.code == ResponseCode.TOPIC_NOT_EXIST
+    finally:
+        await ns.close()
+
+
+async def test_broker_connection_close_removes_routes_and_crc_is_checked() -> None:
+    ns = NameServer()
+    port = await ns.start("127.0.0.1", 0)
+    try:
+        broker = await connect("127.0.0.1", port)
+        bad = _register("b", "127.0.0.1:1", {"T": 1})
+        bad.ext_fields["bodyCrc32"] = "12345"
+        resp = await broker.request(bad, 5)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "crc32" in resp.remark
+        assert (await broker.request(_register("b", "127.0.0.1:1", {"T": 1}), 5)).code == 0
+        broker.close()
+        client = await connect("127.0.0.1", port)
+        for _ in range(100):
+            r = await client.request(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}), 5)
+            if r.code == ResponseCode.TOPIC_NOT_EXIST:
+                break
+            await asyncio.sleep(0.01)
+        assert r.code == ResponseCode.TOPIC_NOT_EXIST
+    finally:
+        await ns.close()
+
+
+async def test_kv_config_and_unknown_code_and_missing_fields() -> None:
+    ns = NameServer()
+    port = await ns.start("127.0.0.1", 0)
+    try:
+        c = await connect("127.0.0.1", port)
+        put = RemotingCommand.request(RequestCode.PUT_KV_CONFIG, {"namespace": "N", "key": "k", "value": "v"})
+        assert (await c.request(put, 5)).code == 0
+        got = await c.request(RemotingCommand.request(RequestCode.GET_KV_CONFIG, {"namespace": "N", "key": "k"}), 5)
+        assert got.ext_fields["value"] == "v"
+        await c.request(RemotingCommand.request(RequestCode.DELETE_KV_CONFIG, {"namespace": "N", "key": "k"}), 5)
+        got = await c.request(RemotingCommand.request(RequestCode.GET_KV_CONFIG, {"namespace": "N", "key": "k"}), 5)
+        assert got.code == ResponseCode.QUERY_NOT_FOUND and "Key: k" in got.remark
+        unknown = await c.request(RemotingCommand.request(9999), 5)
+        assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        assert unknown.remark == " request type 9999 not supported"
+        missing = await c.request(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {}), 5)
+        assert missing.code == ResponseCode.SYSTEM_ERROR and "'topic' is missing" in missing.remark
+        garbage = RemotingCommand.request(
+            RequestCode.REGISTER_BROKER,
+            {"brokerName": "b", "brokerAddr": "a:1", "clusterName": "C", "brokerId": "0"},
+            b"{nope",
+        )
+        resp = await c.request(garbage, 5)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "not JSON" in resp.remark
+    finally:
+        await ns.close()
