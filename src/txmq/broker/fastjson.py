@@ -1,7 +1,8 @@
 """Bodies in fastjson's dialect, where a map keyed by MessageQueue is written with JSON objects as keys.
 
-Java admin tooling (mqadmin, the dashboard) parses ``{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{..}}}``,
-which is not standard JSON, so these bodies are assembled by hand. Key order inside the object key is alphabetical.
+Java admin tooling (mqadmin, the dashboard) parses
+``{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{..}}}``, which is not standard JSON, so these bodies
+are assembled by hand. Key order inside the object key is alphabetical.
 """
 
 from __future__ import annotations
