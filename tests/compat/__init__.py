@@ -1,0 +1,1 @@
+"""Compatibility tests that drive official RocketMQ clients against txmq."""
