@@ -56,3 +56,34 @@ class RequestTimeoutError(RemotingError):
 
 class ConnectionClosedError(RemotingError):
     """The connection closed before the response arrived."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Client (txmq.client)
+
+
+class MQClientError(TxmqError):
+    """A client-side failure: bad arguments, a client used before start or after shutdown, nothing left to try."""
+
+
+class NoRouteError(MQClientError):
+    """The name server knows no route (no live broker) for a topic."""
+
+    def __init__(self, topic: str, detail: str | None = None) -> None:
+        message = f"No route info of this topic: {topic}"
+        if detail:
+            message += f" ({detail})"
+        super().__init__(message)
+        self.topic = topic
+
+
+class MQBrokerError(RemotingError):
+    """A broker or name server answered with an error code; the message carries its remark."""
+
+    def __init__(self, code: int, remark: str | None, addr: str | None = None) -> None:
+        message = f"CODE: {code} DESC: {remark or ''}"
+        if addr:
+            message += f" BROKER: {addr}"
+        super().__init__(message, code)
+        self.remark = remark
+        self.addr = addr
