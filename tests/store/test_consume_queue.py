@@ -300,6 +300,31 @@ def test_unwritten_tail_is_cut_at_the_first_invalid_entry(tmp_path: Path) -> Non
     assert reopened.read("T", 0, 0, 100) == [expected(k) for k in range(11)]
 
 
+def test_hole_in_the_second_to_last_file_ends_the_queue(tmp_path: Path) -> None:
+    store = ConsumeQueueStore(tmp_path, entries_per_file=4)
+    fill(store, 10)  # files at 0, 4, 8
+    store.close()
+    path = tmp_path / "T" / "0" / f"{4 * ENTRY_SIZE:020d}"
+    data = bytearray(path.read_bytes())
+    data[2 * ENTRY_SIZE : 3 * ENTRY_SIZE] = bytes(ENTRY_SIZE)  # entry 6 was never written back
+    path.write_bytes(bytes(data))
+    reopened = ConsumeQueueStore(tmp_path, entries_per_file=4)
+    assert reopened.max_offset("T", 0) == 6
+    assert cq_files(tmp_path) == [f"{0:020d}", f"{4 * ENTRY_SIZE:020d}"]
+    fill(reopened, 4, start=6)
+    assert reopened.read("T", 0, 0, 20) == [expected(k) for k in range(10)]
+
+
+def test_redispatch_below_min_offset_is_ignored(tmp_path: Path) -> None:
+    store = ConsumeQueueStore(tmp_path, entries_per_file=4)
+    fill(store, 10)
+    store.correct_min_offset(phys_of(6))
+    # Replay of retired records (their files may be gone) neither fails nor cuts the queue.
+    store.put([dispatch(k, k, tags=k) for k in range(2, 11)])
+    assert (store.min_offset("T", 0), store.max_offset("T", 0)) == (6, 11)
+    assert store.read("T", 0, 6, 10) == [expected(k) for k in range(6, 11)]
+
+
 def test_negative_size_marks_the_end(tmp_path: Path) -> None:
     store = ConsumeQueueStore(tmp_path, entries_per_file=8)
     fill(store, 5)
@@ -431,3 +456,67 @@ def test_search_by_timestamp_examples(tmp_path: Path) -> None:
     assert search(25) == 3  # a tie goes to the earlier entry
     assert search(40) == 5
     assert len(calls) < 6 * 7  # a binary search, not a scan per call
+
+
+# ------------------------------------------------------------------------------------------ model-based check
+
+operation = st.one_of(
+    st.tuples(st.just("put"), st.lists(st.integers(min_value=0, max_value=2), min_size=1, max_size=9)),
+    st.tuples(st.just("truncate"), st.integers(min_value=0, max_value=60)),
+    st.tuples(st.just("retain"), st.integers(min_value=0, max_value=60)),
+    st.tuples(st.just("flush"), st.just(0)),
+    st.tuples(st.just("reopen"), st.just(0)),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(operation, max_size=25))
+def test_matches_a_model_through_truncation_retention_and_reopen(ops: list[tuple[str, object]]) -> None:
+    queues: dict[int, list[int]] = {}  # queue id -> record numbers of its entries, by logical offset
+    mins: dict[int, int] = {}
+    next_record = 0  # record n sits at commit-log offset n * SIZE
+    retained_from = 0  # highest commit-log min passed to correct_min_offset
+    progress = 0
+    with tempfile.TemporaryDirectory() as root:
+        store = ConsumeQueueStore(root, entries_per_file=3)
+        for op, arg in ops:
+            if op == "put":
+                batch = []
+                for queue_id in arg:  # type: ignore[union-attr]
+                    entries = queues.setdefault(queue_id, [])
+                    mins.setdefault(queue_id, 0)
+                    batch.append(dispatch(len(entries), next_record, queue_id=queue_id, tags=next_record))
+                    entries.append(next_record)
+                    next_record += 1
+                store.put(batch)
+                progress = phys_of(next_record)
+            elif op == "truncate":
+                # The commit log is cut somewhere between its retained start and its end.
+                cut = max(retained_from // SIZE, min(arg, next_record))  # type: ignore[type-var]
+                store.truncate_after(phys_of(cut))
+                for queue_id, entries in queues.items():
+                    keep = max(mins[queue_id], sum(1 for n in entries if n < cut))
+                    del entries[keep:]
+                next_record, progress = cut, min(progress, phys_of(cut))
+            elif op == "retain":
+                new_min = phys_of(min(arg, next_record))  # type: ignore[type-var]
+                retained_from = max(retained_from, new_min)
+                store.correct_min_offset(new_min)
+                for queue_id, entries in queues.items():
+                    live = [k for k in range(mins[queue_id], len(entries)) if phys_of(entries[k]) >= retained_from]
+                    mins[queue_id] = live[0] if live else len(entries)
+            elif op == "flush":
+                store.flush()
+            else:
+                store.close()
+                store = ConsumeQueueStore(root, entries_per_file=3)
+                # The broker re-applies the commit log's min after loading (min is file-grained on disk).
+                store.correct_min_offset(retained_from)
+
+            assert store.max_physical_offset() == progress
+            for queue_id, entries in queues.items():
+                assert store.max_offset("T", queue_id) == len(entries)
+                assert store.min_offset("T", queue_id) == mins[queue_id]
+                got = store.read("T", queue_id, mins[queue_id], 100)
+                assert got == [expected(n) for n in entries[mins[queue_id] :]]
+        store.close()

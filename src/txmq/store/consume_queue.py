@@ -382,7 +382,7 @@ class ConsumeQueueStore:
             end = d.physical_offset + d.size
             if end > batch_end:
                 batch_end = end
-            if d.sys_flag & 0xC not in (0x0, 0x8):  # has_consume_queue, inlined on the hot path
+            if not d.has_consume_queue:
                 continue
             key = (d.topic, d.queue_id)
             plan = plans.get(key)

@@ -164,23 +164,43 @@ class _Segment:
 
     # -- entries (writer holds the index lock) -----------------------------------------------------------------
 
-    def add(self, h: int, phys: int, store_ts: int) -> None:
-        i = self.count + 1
-        self.hashes[i] = h
-        self.phys[i] = phys
-        self.times[i] = store_ts
-        slot = (h >> 32) % self.slot_count
-        self.prev[i] = self.slots[slot]
-        # Publish through the slot only once the entry is complete, then count it.
-        self.slots[slot] = i
-        self.count = i
+    def append(self, entries: list[tuple[int, int, int]], start: int) -> int:
+        """Write ``entries[start:]`` (hash, phys, store time) while room lasts; returns where it stopped.
+
+        Each entry is complete before its slot points at it, so a concurrent query never reads half of one.
+        """
+        stop = min(len(entries), start + self.max_entries - self.count)
+        if stop <= start:
+            return start
+        hashes, phys_at, times, prev, slots, n_slots = (
+            self.hashes,
+            self.phys,
+            self.times,
+            self.prev,
+            self.slots,
+            self.slot_count,
+        )
+        i = self.count
         if self.first_phys < 0:
-            self.first_phys, self.min_ts, self.max_ts = phys, store_ts, store_ts
-        elif store_ts < self.min_ts:
-            self.min_ts = store_ts
-        elif store_ts > self.max_ts:
-            self.max_ts = store_ts
-        self.last_phys = phys
+            self.first_phys, self.min_ts, self.max_ts = entries[start][1], entries[start][2], entries[start][2]
+        low, high = self.min_ts, self.max_ts
+        for k in range(start, stop):
+            h, phys, ts = entries[k]
+            i += 1
+            hashes[i] = h
+            phys_at[i] = phys
+            times[i] = ts
+            slot = (h >> 32) % n_slots
+            prev[i] = slots[slot]
+            slots[slot] = i
+            if ts > high:
+                high = ts
+            elif ts < low:
+                low = ts
+        self.count = i
+        self.min_ts, self.max_ts = low, high
+        self.last_phys = entries[stop - 1][1]
+        return stop
 
     def first_at_or_after(self, phys: int) -> int:
         """First entry number whose commit-log offset is >= phys (count + 1 if none): entries grow with phys."""
@@ -377,28 +397,35 @@ class KeyIndex:
     def put(self, dispatches: Iterable[DispatchRequest]) -> None:
         """Index the keys of ``dispatches`` (single writer thread). Records already indexed are skipped."""
         self._check_open()
+        crc32, adler32 = zlib.crc32, zlib.adler32
+        entries: list[tuple[int, int, int]] = []
         with self._lock:
             progress = self._progress
-            seg = self._active
             for d in dispatches:
                 end = d.physical_offset + d.size
                 if end <= progress:
                     continue  # recovery replay of a record already below the durable point
-                if d.sys_flag & 0xC != 0xC and (d.uniq_key or d.keys):  # d.indexed, inlined on the hot path
-                    prefix = d.topic + "#"
-                    if d.keys:
-                        keys = {prefix + k for k in d.keys.split(" ") if k}
-                        if d.uniq_key:
-                            keys.add(prefix + d.uniq_key)
-                    else:
-                        keys = (prefix + d.uniq_key,)  # type: ignore[operator]
-                    for key in keys:
-                        if seg is None or seg.count >= seg.max_entries:
-                            seg = self._roll()
-                        raw = key.encode()
-                        seg.add((zlib.crc32(raw) << 32) | zlib.adler32(raw), d.physical_offset, d.store_timestamp)
-                        self._dirty.add(seg)
                 progress = end
+                uniq, keys = d.uniq_key, d.keys
+                if not (uniq or keys) or not d.indexed:
+                    continue
+                prefix = d.topic + "#"
+                if keys:
+                    names = {prefix + k for k in keys.split(" ") if k}
+                    if uniq:
+                        names.add(prefix + uniq)
+                else:
+                    names = (prefix + uniq,)  # type: ignore[operator]
+                for name in names:
+                    raw = name.encode()
+                    entries.append(((crc32(raw) << 32) | adler32(raw), d.physical_offset, d.store_timestamp))
+            done = 0
+            while done < len(entries):
+                seg = self._active
+                if seg is None or seg.count >= seg.max_entries:
+                    seg = self._roll()
+                done = seg.append(entries, done)
+                self._dirty.add(seg)
             self._progress = progress
 
     def _roll(self) -> _Segment:
