@@ -375,8 +375,11 @@ class Tally:
                 self.first_message_s = elapsed()
             delivery = self.deliveries.get(key, 0) + 1
             self.deliveries[key] = delivery
+            # Count earlier deliveries by the broker's reconsume_times as well as by what this process saw: when a
+            # callback rejects a message, librocketmq sends back the rest of its pull batch without showing it.
+            earlier = max(record["reconsume_times"], delivery - 1)
             fail_first = getattr(self.args, "fail_first", 0) or 0
-            accept = not getattr(self.args, "fail_all", False) and delivery > fail_first
+            accept = not getattr(self.args, "fail_all", False) and earlier >= fail_first
             if accept:
                 self.accepted.add(key)
             emit("received", **record, identity=key, delivery=delivery, accepted=accept)
@@ -449,6 +452,8 @@ def cmd_consume(args: argparse.Namespace) -> NoReturn:
         consumer.set_session_credentials(args.access_key, args.secret_key or "", args.channel)
     if args.threads is not None:
         consumer.set_thread_count(args.threads)
+    if args.batch_max_size is not None:
+        consumer.set_message_batch_max_size(args.batch_max_size)
     instance_name = args.instance_name
     if instance_name is None and args.mode == "broadcasting":
         # Broadcasting offsets live in $HOME/.rocketmq_offsets/<ip>@<instance>/<group>/offsets.Json, shared by
@@ -645,7 +650,12 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--mode", choices=["clustering", "broadcasting"], default="clustering")
     consume.add_argument("--orderly", action="store_true")
     failing = consume.add_mutually_exclusive_group()
-    failing.add_argument("--fail-first", type=int, default=0, help="reject each message's first K deliveries")
+    failing.add_argument(
+        "--fail-first",
+        type=int,
+        default=0,
+        help="reject a delivery while reconsume_times (or this process's count of earlier deliveries) < K",
+    )
     failing.add_argument("--fail-all", action="store_true", help="reject every delivery")
     consume.add_argument(
         "--reject-by",
@@ -655,6 +665,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     consume.add_argument("--linger", type=float, default=0.0, help="keep consuming this long after --expect")
     consume.add_argument("--threads", type=int)
+    consume.add_argument("--batch-max-size", type=int, help="set_message_batch_max_size (messages per callback batch)")
     consume.add_argument("--instance-name")
 
     pull = sub.add_parser("pull", parents=[client, consuming], help="poll with the pull consumer")
