@@ -183,3 +183,18 @@ def test_tag_filtering_by_expression(txmq_cluster, cpp) -> None:
     )
     assert consumer.wait(90) == 0
     _assert_exactly_once(consumer.received(), {f"b-{i}" for i in range(10)})
+
+
+def test_compressed_batch_over_4kib_is_split_and_stored(txmq_cluster) -> None:
+    """The C++ client zlib-compresses a whole batch body over 4 KiB; every entry must come out intact."""
+    ns = txmq_cluster.namesrv_addr
+    topic = _name("CppBigBatch")
+    _produce(ns, topic, "batch", 12, "--body-size", "700")
+    events = run_cpp(
+        ["pull", "--namesrv", ns, "--topic", topic, "--group", _name("pg"), "--expect", "12", "--timeout", "60"],
+        timeout=90,
+    )
+    received = [e for e in events if e["event"] == "received"]
+    assert sorted(e["body_len"] for e in received) == [700] * 12
+    _assert_exactly_once(received, {e["body"] for e in received})
+    assert {e["body"][:8] for e in received} >= {"batch-0x", "batch-1x"}
