@@ -201,6 +201,34 @@ def test_concurrent_reader_never_sees_a_torn_entry(tmp_path: Path) -> None:
     assert store.read("T", 0, total - 1, 5) == [expected(total - 1)]
 
 
+def test_reads_racing_with_retention_return_only_true_entries(tmp_path: Path) -> None:
+    store = ConsumeQueueStore(tmp_path, entries_per_file=10)
+    fill(store, 200)
+    done = threading.Event()
+    problems: list[str] = []
+
+    def reader() -> None:
+        offset = 0
+        while not done.is_set():
+            # Lagging consumer: re-reads from wherever the queue now starts, across files being deleted.
+            got = store.read("T", 0, offset, 25)
+            problems.extend(f"offset {k}: {e}" for k, e in enumerate(got, offset) if e != expected(k))
+            offset = store.min_offset("T", 0) if not got else offset + 1
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for k in range(200, 400, 5):
+            fill(store, 5, start=k)
+            store.correct_min_offset(phys_of(k - 150))
+    finally:
+        done.set()
+        thread.join()
+    assert problems == []
+    assert store.min_offset("T", 0) == 245
+    assert len(cq_files(tmp_path)) == 16  # files from offset 240 on
+
+
 def test_truncate_after_drops_entries_at_and_beyond_phys(tmp_path: Path) -> None:
     store = ConsumeQueueStore(tmp_path, entries_per_file=4)
     # Queue 0 holds even records, queue 1 odd ones.

@@ -123,6 +123,23 @@ class _Queue:
             count -= n
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def pin(self, offset: int, count: int) -> list[tuple[Path, int | None, int, int]]:
+        """Plan a read of entries [offset, offset+count) to run outside the lock.
+
+        Returns (path, fd or None, byte position, byte count) per file; the tail file's fd is dup'ed, so a
+        rollover closing it cannot hand its number to another file while the reader still uses it.
+        """
+        plan = []
+        first = self.files[0].start
+        while count > 0:
+            f = self.files[(offset - first) // self.epf]
+            n = min(count, f.start + self.epf - offset)
+            fd = os.dup(f.fd) if f.fd is not None else None
+            plan.append((f.path, fd, (offset - f.start) * ENTRY_SIZE, n * ENTRY_SIZE))
+            offset += n
+            count -= n
+        return plan
+
     def entry(self, offset: int) -> Entry:
         return _ENTRY.unpack(self.read_raw(offset, 1))
 
@@ -520,8 +537,31 @@ class ConsumeQueueStore:
         with q.lock:
             if not q.min <= offset < q.max:
                 return []
-            data = q.read_raw(offset, min(max_count, q.max - offset))
-        return list(_ENTRY.iter_unpack(data))
+            plan = q.pin(offset, min(max_count, q.max - offset))
+        # The disk reads run without the lock: a lagging consumer on a cold file must not stall the writer.
+        # Appends never touch published entries; retention or truncation racing with us only shortens the read.
+        parts: list[bytes] = []
+        done = 0  # plan items whose fd is closed already; each fd is closed exactly once
+        try:
+            for path, fd, pos, want in plan:
+                done += 1
+                if fd is None:
+                    try:
+                        fd = os.open(path, os.O_RDONLY)
+                    except FileNotFoundError:
+                        break
+                try:
+                    data = os.pread(fd, want, pos)
+                finally:
+                    os.close(fd)
+                parts.append(data[: len(data) - len(data) % ENTRY_SIZE])
+                if len(data) < want:
+                    break
+        finally:
+            for _, fd, _, _ in plan[done:]:
+                if fd is not None:
+                    os.close(fd)
+        return list(_ENTRY.iter_unpack(b"".join(parts)))
 
     def earliest_entry(self, topic: str, queue_id: int) -> Entry | None:
         """The entry at the min offset, or None for an empty or unknown queue."""
@@ -564,10 +604,9 @@ class ConsumeQueueStore:
         def time_at(offset: int) -> int:
             t = cache.get(offset)
             if t is None:
-                with q.lock:
-                    # Retention may have moved min past this offset meanwhile: treat it as too old.
-                    entry = q.entry(offset) if q.min <= offset < q.max else None
-                t = -1 if entry is None else store_time_of(entry[0], entry[1])
+                # Retention may have moved min past this offset meanwhile: then it counts as too old.
+                found = self.read(topic, queue_id, offset, 1)
+                t = store_time_of(found[0][0], found[0][1]) if found else -1
                 cache[offset] = t
             return t
 
