@@ -39,7 +39,11 @@ class Portal:
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Schedule ``coro`` on the loop; returns a thread-safe future."""
-        self._check_thread()
+        try:
+            self._check_thread()
+        except RuntimeError:
+            coro.close()  # never scheduled: close it so Python does not warn that it was never awaited
+            raise
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:

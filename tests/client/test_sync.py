@@ -1,0 +1,166 @@
+"""The blocking wrappers: the portal thread, and the sync classes driving the asyncio ones against fake brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Iterator
+
+import pytest
+from client_fakes import FakeBroker, stored
+
+from txmq.client import ConsumeStatus, Message, MessageExt, MessageQueue, SendResult, sync
+from txmq.client._portal import Portal, get_portal
+from txmq.errors import MQBrokerError, MQClientError
+from txmq.namesrv.server import NameServer
+from txmq.protocol.codes import RequestCode, ResponseCode
+
+# -- the portal -----------------------------------------------------------------------------------------------------
+
+
+def test_portal_runs_coroutines_and_reraises() -> None:
+    portal = Portal("test-portal")
+    try:
+
+        async def answer() -> tuple[int, str]:
+            await asyncio.sleep(0)
+            return 42, threading.current_thread().name
+
+        assert portal.run(answer()) == (42, "test-portal")
+
+        async def fail() -> None:
+            raise MQClientError("nope")
+
+        with pytest.raises(MQClientError, match="nope"):
+            portal.run(fail())
+        assert portal.call(lambda: threading.current_thread().name) == "test-portal"
+        with pytest.raises(TimeoutError):
+            portal.run(asyncio.sleep(10), timeout=0.05)
+    finally:
+        portal.stop()
+    assert not portal.thread.is_alive()
+
+
+def test_blocking_on_the_loop_thread_is_refused_not_deadlocked() -> None:
+    portal = Portal("test-portal-2")
+    try:
+
+        async def reenter() -> None:
+            portal.run(asyncio.sleep(0))
+
+        with pytest.raises(RuntimeError, match="event-loop thread"):
+            portal.run(reenter())
+    finally:
+        portal.stop()
+
+
+def test_the_process_portal_is_shared_and_restarts() -> None:
+    first = get_portal()
+    assert get_portal() is first
+    assert first.thread.daemon
+
+
+# -- sync clients against fakes running on their own thread -----------------------------------------------------------
+
+
+class Backend:
+    """A name server and a fake broker served from a separate loop thread (the 'remote' side)."""
+
+    def __init__(self) -> None:
+        self.portal = Portal("fake-cluster")
+        self.ns = NameServer()
+        port = self.portal.run(self.ns.start("127.0.0.1", 0))
+        self.namesrv = f"127.0.0.1:{port}"
+        self.broker = self.portal.run(FakeBroker("broker-a").start())
+        self.portal.run(self.broker.register(self.namesrv, {"T": (1, 1, 6), "%RETRY%SG": (1, 1, 6)}))
+
+    def close(self) -> None:
+        self.portal.run(self.broker.close())
+        self.portal.run(self.ns.close())
+        self.portal.stop()
+
+
+@pytest.fixture
+def backend() -> Iterator[Backend]:
+    b = Backend()
+    yield b
+    b.close()
+
+
+def test_sync_producer(backend: Backend) -> None:
+    with sync.Producer("PG", backend.namesrv) as producer:
+        result = producer.send(Message("T", b"one"))
+        assert isinstance(result, SendResult) and result.message_queue == MessageQueue("T", "broker-a", 0)
+        done = threading.Event()
+        seen: list[tuple[SendResult | None, BaseException | None]] = []
+
+        def callback(r: SendResult | None, e: BaseException | None) -> None:
+            seen.append((r, e))
+            done.set()
+
+        future = producer.send_async(Message("T", b"two"), callback)
+        assert isinstance(future, concurrent.futures.Future)
+        assert future.result(10).msg_id != result.msg_id
+        assert done.wait(10) and seen[0][1] is None
+        producer.send_oneway(Message("T", b"three"))
+        batch = producer.send_batch([Message("T", b"4"), Message("T", b"5")])
+        assert batch.msg_id.count(",") == 1
+        assert producer.send_orderly(Message("T", b"6"), "key").message_queue.queue_id == 0
+        assert producer.fetch_publish_queues("T") == [MessageQueue("T", "broker-a", 0)]
+        backend.broker.handlers[RequestCode.SEND_MESSAGE_V2] = lambda _c, cmd: cmd.response(
+            ResponseCode.MESSAGE_ILLEGAL, "too weird"
+        )
+        with pytest.raises(MQBrokerError, match="too weird"):
+            producer.send(Message("T", b"bad"))
+        with pytest.raises(MQClientError):
+            producer.send_async(Message("T", b""))  # checked before anything is scheduled
+
+
+def test_sync_push_consumer_with_a_listener_that_blocks(backend: Backend) -> None:
+    backend.broker.stored_offsets = {("T", 0): 0, ("%RETRY%SG", 0): 0}
+    backend.broker.pull_script[("T", 0)] = [(0, [stored("T", 0, i, f"m{i}".encode()) for i in range(3)], 3)]
+    got: list[bytes] = []
+    all_in = threading.Event()
+    producer = sync.Producer("FWD", backend.namesrv)
+    producer.start()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        # Runs in the consumer's thread pool, so it may use other blocking clients.
+        for m in msgs:
+            producer.send(Message("T", b"forwarded-" + m.body))
+            got.append(m.body)
+        if len(got) == 3:
+            all_in.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = sync.PushConsumer("SG", backend.namesrv, instance_name="sync-consumer")
+    consumer.subscribe("T")
+    consumer.register_listener(listener)
+    backend.broker.consumer_ids = [consumer.aio.config.client_id]
+    with consumer:
+        assert all_in.wait(10)
+        assert MessageQueue("T", "broker-a", 0) in consumer.assigned_queues()
+    producer.shutdown()
+    assert sorted(got) == [b"m0", b"m1", b"m2"]
+    forwarded = [c.body for c in backend.broker.of_code(RequestCode.SEND_MESSAGE_V2)]
+    assert sorted(forwarded) == [b"forwarded-m0", b"forwarded-m1", b"forwarded-m2"]
+
+
+def test_sync_admin_and_pull_consumer(backend: Backend) -> None:
+    with sync.Admin(backend.namesrv) as admin:
+        info = admin.cluster_info()
+        assert info.master_addrs("C") == [backend.broker.addr]
+        assert admin.topic_list() == ["%RETRY%SG", "T"]
+        assert admin.topic_route("T").publish_queues() == [MessageQueue("T", "broker-a", 0)]
+    backend.broker.pull_script[("T", 0)] = [(0, [stored("T", 0, 4, b"x", "A"), stored("T", 0, 5, b"y", "B")], 6)]
+    with sync.PullConsumer("PCG", backend.namesrv) as consumer:
+        (mq,) = consumer.fetch_queues("T")
+        result = consumer.pull(mq, "A", 4)
+        assert [m.body for m in result.messages] == [b"x"] and result.next_begin_offset == 6
+        assert consumer.max_offset(mq) == 7
+        consumer.update_offset(mq, 6)
+        assert consumer.fetch_offset(mq, from_store=False) == 6
+        consumer.persist_offset(mq)
+    commit = backend.broker.of_code(RequestCode.UPDATE_CONSUMER_OFFSET)[-1].ext_fields
+    assert (commit["consumerGroup"], commit["topic"], commit["commitOffset"]) == ("PCG", "T", "6")
