@@ -548,3 +548,21 @@ def test_matches_a_model_through_truncation_retention_and_reopen(ops: list[tuple
                 got = store.read("T", queue_id, mins[queue_id], 100)
                 assert got == [expected(n) for n in entries[mins[queue_id] :]]
         store.close()
+
+
+def test_search_by_timestamp_skips_records_already_deleted(tmp_path: Path) -> None:
+    store = ConsumeQueueStore(tmp_path)
+    times = [-1, -1, 30, 40]  # the first two records were removed from the commit log
+    store.put([dispatch(k, k) for k in range(len(times))])
+
+    def search(ts: int) -> int:
+        return store.search_by_timestamp("T", 0, ts, lambda phys, size: times[phys // SIZE])
+
+    assert search(5) == 2
+    assert search(29) == 2
+    assert search(35) == 2
+    assert search(36) == 3
+    assert search(99) == 3
+    times[:] = [-1, -1, -1, -1]
+    assert search(5) == 4  # nothing readable is left: the next message
+    assert search(99) == 4

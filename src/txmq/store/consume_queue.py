@@ -589,7 +589,7 @@ class ConsumeQueueStore:
         An exact hit gives the first entry with that store time; otherwise the nearer of the two neighbours (the
         earlier one on a tie), or the only neighbour at either end. 0 for an unknown or empty queue.
         ``store_time_of(phys, size)`` reads a record's store time; a negative answer (record already deleted)
-        counts as older than everything.
+        counts as older than everything, and such an entry is never the answer (with none left: max offset).
         """
         self._check_open()
         q = self._queues.get((topic, queue_id))
@@ -621,10 +621,13 @@ class ConsumeQueueStore:
         if left <= last and time_at(left) == timestamp:
             return left
         if left > last:
-            return last
+            # Every entry is older; if even the newest record is gone, the next message is the answer.
+            return last if time_at(last) >= 0 else hi
         if left == first:
             return first
         before, after = time_at(left - 1), time_at(left)
+        if before < 0:  # the older neighbour's record is gone: never hand it out
+            return left
         return left if abs(timestamp - before) > abs(after - timestamp) else left - 1
 
     # ------------------------------------------------------------------------------------------ maintenance
@@ -654,10 +657,22 @@ class ConsumeQueueStore:
         Files lying wholly below the new min are deleted, except a queue's tail file, which keeps its max.
         """
         self._check_open()
-        for q in list(self._queues.values()):
+        with self._queues_lock:
+            queues = list(self._queues.items())
+        for (topic, queue_id), q in queues:
+            # Search without the lock (reads may hit cold files); published entries do not change under us.
             with q.lock:
-                if q.min < q.max and q.entry(q.min)[0] < min_phys:
-                    q.min = q.bisect_phys(min_phys, q.min, q.max)
+                lo, hi = q.min, q.max
+            while lo < hi:
+                mid = (lo + hi) // 2
+                found = self.read(topic, queue_id, mid, 1)
+                if not found or found[0][0] < min_phys:  # not found: min moved past mid meanwhile
+                    lo = mid + 1
+                else:
+                    hi = mid
+            with q.lock:
+                if lo > q.min:
+                    q.min = min(lo, q.max)
                 try:
                     q.drop_head_files(q.min)
                 except OSError as exc:
