@@ -1,0 +1,116 @@
+"""End-to-end benchmark: a real `txmq dev` process, txmq's own asyncio client, 1 KiB messages over loopback.
+
+Measures send throughput and latency (p50/p99) at 1, 16 and 128 sends in flight, with SYNC and ASYNC flush, then
+consume throughput with a pull consumer. Prints a Markdown table. Not a test: nothing here asserts a time.
+
+    .venv/bin/python bench/bench_e2e.py [--seconds 5] [--flush SYNC_FLUSH,ASYNC_FLUSH] [--inflight 1,16,128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from cluster_harness import DevCluster  # noqa: E402
+
+from txmq.client import Message, MessageQueue, Producer, PullConsumer, PullStatus  # noqa: E402
+
+BODY = b"x" * 1024
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def send_phase(namesrv: str, topic: str, inflight: int, seconds: float) -> dict[str, float]:
+    producer = Producer(f"bench_pg_{inflight}", namesrv)
+    await producer.start()
+    mq = MessageQueue(topic, "broker-a", 0)
+    # Warm up: route, connection, topic creation.
+    for _ in range(20):
+        await producer.send(Message(topic, BODY), queue=mq)
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        while time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            await producer.send(Message(topic, BODY), queue=mq)
+            latencies.append(time.perf_counter() - t0)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(inflight)))
+    elapsed = time.perf_counter() - started
+    await producer.shutdown()
+    return {
+        "msgs": len(latencies),
+        "rate": len(latencies) / elapsed,
+        "p50_ms": _percentile(latencies, 0.50) * 1000,
+        "p99_ms": _percentile(latencies, 0.99) * 1000,
+        "mean_ms": statistics.fmean(latencies) * 1000 if latencies else float("nan"),
+    }
+
+
+async def consume_phase(namesrv: str, topic: str) -> dict[str, float]:
+    consumer = PullConsumer("bench_consumer", namesrv)
+    await consumer.start()
+    mq = MessageQueue(topic, "broker-a", 0)
+    offset = await consumer.min_offset(mq)
+    end = await consumer.max_offset(mq)
+    count = 0
+    started = time.perf_counter()
+    while offset < end:
+        result = await consumer.pull(mq, "*", offset, 32)
+        if result.status is not PullStatus.FOUND:
+            break
+        count += len(result.messages)
+        offset = result.next_begin_offset
+    elapsed = time.perf_counter() - started
+    await consumer.shutdown()
+    return {"msgs": count, "rate": count / elapsed if elapsed else float("nan")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--flush", default="SYNC_FLUSH,ASYNC_FLUSH")
+    parser.add_argument("--inflight", default="1,16,128")
+    args = parser.parse_args()
+    rows = []
+    consume_rows = []
+    for flush in args.flush.split(","):
+        with tempfile.TemporaryDirectory(prefix="txmq-bench-") as tmp:
+            cluster = DevCluster(Path(tmp), {"flushDiskType": flush}).start()
+            try:
+                for n in (int(x) for x in args.inflight.split(",")):
+                    topic = f"Bench_{flush}_{n}"
+                    r = asyncio.run(send_phase(cluster.namesrv_addr, topic, n, args.seconds))
+                    rows.append((flush, n, r))
+                    print(f"{flush:11s} in-flight {n:4d}: {r['rate']:9.0f} msg/s  p50 {r['p50_ms']:6.2f} ms  "
+                          f"p99 {r['p99_ms']:6.2f} ms  ({r['msgs']} msgs)", flush=True)
+                biggest = f"Bench_{flush}_{max(int(x) for x in args.inflight.split(','))}"
+                c = asyncio.run(consume_phase(cluster.namesrv_addr, biggest))
+                consume_rows.append((flush, c))
+                print(f"{flush:11s} consume: {c['rate']:9.0f} msg/s ({c['msgs']} msgs)", flush=True)
+            finally:
+                cluster.stop()
+    print("\n| flush | in flight | msg/s | p50 ms | p99 ms |\n|---|---|---|---|---|")
+    for flush, n, r in rows:
+        print(f"| {flush} | {n} | {r['rate']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
+    print("\n| flush | consume msg/s (pull, 32 per request, one queue) |\n|---|---|")
+    for flush, c in consume_rows:
+        print(f"| {flush} | {c['rate']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
