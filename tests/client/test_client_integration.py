@@ -334,6 +334,8 @@ async def test_admin_queries(cluster: Any, admin: Admin) -> None:
     assert cluster.broker_addr in info.master_addrs()
     runtime = await admin.broker_runtime_info(cluster.broker_addr)
     assert runtime["brokerVersionDesc"] and int(runtime["commitLogMaxOffset"]) >= 0
+    everywhere = await admin.cluster_runtime_info()
+    assert everywhere[cluster.broker_addr]["brokerVersionDesc"] == runtime["brokerVersionDesc"]
     route = await admin.topic_route(topic)
     assert [q.write_queue_nums for q in route.queue_datas] == [3]
     async with Producer(unique("PG"), cluster.namesrv_addr) as producer:

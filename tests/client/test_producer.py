@@ -277,3 +277,19 @@ async def test_send_timeout_bounds_all_attempts(namesrv: str, make_broker: MakeB
         with pytest.raises(RequestTimeoutError):
             await producer.send(Message("T", b"x"), timeout=0.2)
     assert len(sends(broker)) == 1  # the timeout used up the budget; no retry after it
+
+
+async def test_a_failed_send_refreshes_the_route_at_once(namesrv: str, make_broker: MakeBroker) -> None:
+    a = await make_broker("broker-a", {"T": (1, 1, RW)})
+    await make_broker("broker-b", {"T": (1, 1, RW)})
+    async with Producer("PG", namesrv, clock=FakeClock()) as producer:  # the 30 s refresh never fires here
+        await producer.send(Message("T", b"warm-up"))
+        assert len(await producer.fetch_publish_queues("T")) == 2
+        await a.register(namesrv, {"T": (1, 1, 4)})  # broker-a turns read-only ...
+        a.handlers[RequestCode.SEND_MESSAGE_V2] = refuse(ResponseCode.NO_PERMISSION)  # ... and refuses sends
+        for _ in range(4):
+            assert (await producer.send(Message("T", b"x"))).message_queue.broker_name == "broker-b"
+        await wait_until(
+            lambda: [q.broker_name for q in producer.instance.route("T").publish_queues()] == ["broker-b"],  # type: ignore[union-attr]
+            what="the refreshed route",
+        )

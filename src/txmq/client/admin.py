@@ -179,7 +179,23 @@ class Admin:
         return info
 
     async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO: the broker's version, offsets, put/get counters (all values are strings)."""
         return await self.instance.api.get_broker_runtime_info(broker_addr)
+
+    async def cluster_runtime_info(self) -> dict[str, dict[str, str]]:
+        """Runtime info of every broker the name server knows, keyed by address (what ``mqadmin clusterList`` shows).
+
+        A broker that does not answer maps to ``{"error": ...}`` instead of failing the whole listing.
+        """
+        info = await self.cluster_info()
+        out: dict[str, dict[str, str]] = {}
+        for addrs in info.broker_addrs.values():
+            for addr in sorted(addrs.values()):
+                try:
+                    out[addr] = await self.broker_runtime_info(addr)
+                except (RemotingError, MQClientError) as exc:
+                    out[addr] = {"error": str(exc)}
+        return out
 
     async def topic_list(self) -> list[str]:
         return await self.instance.api.get_topic_list()

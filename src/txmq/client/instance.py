@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -92,6 +93,8 @@ class ClientInstance:
         self._started = False
         self._closed = False
         self._inner_producer: Any = None
+        self._side_tasks: set[asyncio.Future[Any]] = set()
+        self._refreshing: set[str] = set()
         self._warned_unsigned = False
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
@@ -130,9 +133,10 @@ class ClientInstance:
         if self._inner_producer is not None:
             producer, self._inner_producer = self._inner_producer, None
             await producer.shutdown()
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._side_tasks]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for conn in list(self._conns.values()):
@@ -181,13 +185,15 @@ class ClientInstance:
             await self._unregister_client(consumer_group=group)
 
     async def _unregister_client(self, *, producer_group: str | None = None, consumer_group: str | None = None) -> None:
-        for addr in self._all_broker_addrs(masters_only=False):
+        async def one(addr: str) -> None:
             try:
                 await self.api.unregister_client(
                     addr, self.client_id, producer_group=producer_group, consumer_group=consumer_group
                 )
             except (RemotingError, MQClientError) as exc:
                 log.info("unregistering %s from %s failed: %s", producer_group or consumer_group, addr, exc)
+
+        await asyncio.gather(*(one(a) for a in self._all_broker_addrs(masters_only=False)))
 
     def register_request_handler(self, code: int, handler: BrokerRequestHandler) -> None:
         """Serve requests that brokers send to this client with ``code`` (the hook for CHECK_TRANSACTION_STATE)."""
@@ -307,10 +313,41 @@ class ClientInstance:
     def _store_route(self, topic: str, route: TopicRoute) -> None:
         old = self._routes.get(topic)
         self._routes[topic] = route
+        known = {a for addrs in self._broker_addrs.values() for a in addrs.values()}
         for b in route.broker_datas:
             self._broker_addrs[b.broker_name] = dict(b.broker_addrs)
         if old is None or old.to_json() != route.to_json():
             log.debug("route of %s is now %s", topic, route.to_json())
+        if any(a not in known for b in route.broker_datas for a in b.broker_addrs.values()):
+            # A broker we never heartbeated: announce ourselves now rather than at the next 30 s tick, so it knows
+            # our producer groups (transaction checks) and consumer subscriptions straight away.
+            self._background(self.send_heartbeat_to_all(), "heartbeat")
+
+    def _background(self, coro: Awaitable[Any], name: str) -> None:
+        if self._closed or not self._started:
+            if asyncio.iscoroutine(coro):
+                coro.close()
+            return
+        task = asyncio.ensure_future(coro)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+        task.add_done_callback(functools.partial(_log_failure, name))
+
+    def refresh_route_soon(self, topic: str) -> None:
+        """Re-read ``topic``'s route in the background (after a send or pull failed); one refresh at a time."""
+        if topic in self._refreshing:
+            return
+        self._refreshing.add(topic)
+
+        async def refresh() -> None:
+            try:
+                await self.update_route(topic)
+            except (RemotingError, MQClientError) as exc:
+                log.debug("refreshing the route of %s after an error failed: %s", topic, exc)
+            finally:
+                self._refreshing.discard(topic)
+
+        self._background(refresh(), f"route refresh of {topic}")
 
     async def get_route(self, topic: str) -> TopicRoute:
         """The cached route, fetched on first use."""
@@ -424,12 +461,15 @@ class ClientInstance:
             return
         async with self._heartbeat_lock:
             body = orjson.dumps(self.heartbeat_body())
-            addrs = self._all_broker_addrs(masters_only=not self.consumers)
-            for addr in addrs:
+
+            async def one(addr: str) -> None:
                 try:
                     self._broker_versions[addr] = await self.api.heartbeat(addr, body, self.config.request_timeout)
                 except (RemotingError, MQClientError) as exc:
                     log.warning("heartbeat to %s failed: %s", addr, exc)
+
+            # In parallel: one unreachable broker must not delay everyone else's heartbeat by a connect timeout.
+            await asyncio.gather(*(one(a) for a in self._all_broker_addrs(masters_only=not self.consumers)))
 
     # -- consumers' timers --------------------------------------------------------------------------------------
 
@@ -460,6 +500,11 @@ class ClientInstance:
                 raise
             except Exception:
                 log.exception("persisting the offsets of consumer group %s failed", consumer.group)
+
+
+def _log_failure(name: str, task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("%s failed: %s", name, task.exception())
 
 
 async def _wait_event(event: asyncio.Event, timeout: float, clock: Any) -> None:

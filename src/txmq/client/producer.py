@@ -345,6 +345,7 @@ class Producer:
             except RemotingError as exc:
                 last_error = exc
             avoid.append(mq.broker_name)
+            instance.refresh_route_soon(msg.topic)  # the failure may mean the route changed
             if attempt + 1 < attempts:
                 log.info("send of %s to %s failed (%s); retrying on another broker", uniq_key, mq, last_error)
         if last_error is None:

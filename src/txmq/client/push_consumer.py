@@ -553,6 +553,7 @@ class PushConsumer:
                 if not self._running or pq.dropped:
                     break
                 log.warning("pulling %s failed: %s; retrying in %gs", mq, exc, self.pull_time_delay_when_exception)
+                instance.refresh_route_soon(mq.topic)
                 await clock.sleep(self.pull_time_delay_when_exception)
                 continue
             if pq.dropped:

@@ -217,6 +217,9 @@ class Admin(_Blocking):
     def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
         return self._portal.run(self._async.broker_runtime_info(broker_addr))
 
+    def cluster_runtime_info(self) -> dict[str, dict[str, str]]:
+        return self._portal.run(self._async.cluster_runtime_info())
+
     def topic_list(self) -> list[str]:
         return self._portal.run(self._async.topic_list())
 
