@@ -1,0 +1,533 @@
+"""Commit-log segment files: naming, preallocation, positional writes, lock-free reads, verification scans, truncation.
+
+The append pipeline (:mod:`txmq.store.message_store`) is the only writer. Readers map each segment read-only and slice
+the map, so they never take a lock and never block the writer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import mmap
+import os
+import re
+import struct
+import threading
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from txmq.errors import CorruptStoreError, StoreClosedError
+from txmq.protocol.record import BLANK_MAGIC_CODE, MAGIC_CODE, MessageRecord, decode_record, encode_blank
+from txmq.store.config import Preallocate
+
+log = logging.getLogger("txmq.store")
+
+SEGMENT_NAME_RE = re.compile(r"^\d{20}$")
+IOV_MAX = 1024
+BLANK_HEADER_SIZE = 8
+MIN_RECORD_SIZE = 91  # both hosts IPv4, empty body, topic and properties
+
+# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG
+_HEAD = struct.Struct(">iIiiiqqi")
+_SIZE_MAGIC = struct.Struct(">iI")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U16 = struct.Struct(">H")
+_BORN_V6 = 0x10
+_STORE_V6 = 0x20
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+def segment_name(start: int) -> str:
+    return f"{start:020d}"
+
+
+class Segment:
+    """One commit-log file ``[start, start + size)``. ``mm`` is a read-only map shared by all readers."""
+
+    __slots__ = ("fd", "mm", "path", "size", "start")
+
+    def __init__(self, start: int, size: int, path: str, fd: int, mm: mmap.mmap) -> None:
+        self.start = start
+        self.size = size
+        self.path = path
+        self.fd = fd
+        self.mm = mm
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    def __repr__(self) -> str:
+        return f"Segment({segment_name(self.start)})"
+
+
+@dataclass(slots=True)
+class ScanResult:
+    """Where a verification scan stopped and why."""
+
+    start: int
+    end: int = 0  # first offset that is not a verified record: the end of the valid log
+    reason: str = "end of data"
+    clean_end: bool = True  # True when the scan stopped at zeros / the end of the last segment
+    records: int = 0
+    bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class CommitLog:
+    """The segment files under ``<root>/commitlog``.
+
+    Segment tuple replacement is copy-on-write: readers take ``self._segments`` once and work on that snapshot, so
+    retention can drop a segment while a read of it is in flight (its map stays valid until the snapshot is gone).
+    """
+
+    def __init__(self, directory: str, segment_size: int, preallocate: Preallocate = Preallocate.FALLOCATE) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        self.preallocate = preallocate
+        self._segments: tuple[Segment, ...] = ()
+        self._lock = threading.Lock()  # serialises segment-list changes (writer roll vs retention), never reads
+        self._closed = False
+
+    # -- opening ----------------------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open the existing segments. Raises :class:`CorruptStoreError` when the set of files cannot be trusted."""
+        os.makedirs(self.directory, exist_ok=True)
+        starts: list[int] = []
+        for name in os.listdir(self.directory):
+            path = os.path.join(self.directory, name)
+            if SEGMENT_NAME_RE.match(name):
+                starts.append(int(name))
+            elif name.isdigit():
+                raise CorruptStoreError(f"commit-log file {path} has a numeric name that is not 20 digits")
+            else:
+                log.warning("commit log: ignoring unexpected file %s", path)
+        starts.sort()
+        segments: list[Segment] = []
+        for i, start in enumerate(starts):
+            path = os.path.join(self.directory, segment_name(start))
+            if start % self.segment_size:
+                raise CorruptStoreError(
+                    f"commit-log segment {path} starts at {start}, not a multiple of mappedFileSizeCommitLog "
+                    f"({self.segment_size}); was the segment size changed?"
+                )
+            if i and start != starts[i - 1] + self.segment_size:
+                raise CorruptStoreError(
+                    f"commit-log segments are not contiguous: {segment_name(starts[i - 1])} is followed by "
+                    f"{segment_name(start)}; a segment is missing"
+                )
+            size = os.path.getsize(path)
+            last = i == len(starts) - 1
+            if size > self.segment_size:
+                raise CorruptStoreError(
+                    f"commit-log segment {path} is {size} bytes, larger than mappedFileSizeCommitLog "
+                    f"({self.segment_size}); was the segment size changed?"
+                )
+            if size < self.segment_size and not last:
+                raise CorruptStoreError(
+                    f"commit-log segment {path} is {size} bytes but is not the last segment; it should be "
+                    f"{self.segment_size}. Data in the middle of the log is missing."
+                )
+            fd = os.open(path, os.O_RDWR)
+            if size < self.segment_size:
+                # A truncated last segment (a crash while creating it, or outside damage). Extending it with zeros is
+                # safe: recovery treats zeros as the end of data.
+                log.warning("commit log: last segment %s is %d bytes; extending to %d", path, size, self.segment_size)
+                os.ftruncate(fd, self.segment_size)
+                os.fsync(fd)
+            segments.append(self._open_segment(start, path, fd))
+        self._set_segments(tuple(segments))
+
+    def _open_segment(self, start: int, path: str, fd: int) -> Segment:
+        mm = mmap.mmap(fd, self.segment_size, prot=mmap.PROT_READ)
+        return Segment(start, self.segment_size, path, fd, mm)
+
+    def _set_segments(self, segments: tuple[Segment, ...]) -> None:
+        self._segments = segments
+
+    # -- properties -------------------------------------------------------------------------------------------
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return self._segments
+
+    @property
+    def min_offset(self) -> int:
+        """First offset still on disk (0 for an empty log)."""
+        segs = self._segments
+        return segs[0].start if segs else 0
+
+    @property
+    def last_segment(self) -> Segment | None:
+        segs = self._segments
+        return segs[-1] if segs else None
+
+    def segment_start(self, phys: int) -> int:
+        return phys - phys % self.segment_size
+
+    # -- writer side ------------------------------------------------------------------------------------------
+
+    def segment_for_write(self, phys: int) -> Segment:
+        """The segment holding ``phys``, created (preallocated, fsynced, directory fsynced) if it does not exist."""
+        segs = self._segments
+        if segs and segs[-1].start <= phys < segs[-1].end:
+            return segs[-1]
+        found = self.find_segment(phys)
+        if found is not None:
+            return found
+        start = self.segment_start(phys)
+        if segs and start != segs[-1].end:
+            raise CorruptStoreError(f"cannot create commit-log segment at {start}: the last one ends at {segs[-1].end}")
+        path = os.path.join(self.directory, segment_name(start))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._preallocate(fd)
+            os.fsync(fd)
+            _fsync_dir(self.directory)
+            seg = self._open_segment(start, path, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        with self._lock:
+            self._set_segments((*self._segments, seg))
+        return seg
+
+    def _preallocate(self, fd: int) -> None:
+        mode = self.preallocate
+        if mode is Preallocate.FALLOCATE:
+            try:
+                os.posix_fallocate(fd, 0, self.segment_size)
+                return
+            except OSError as exc:  # filesystems without fallocate (EOPNOTSUPP): fall back to a sparse file
+                log.info("commit log: posix_fallocate unavailable (%s); using ftruncate", exc)
+        elif mode is Preallocate.ZERO:
+            pos = 0
+            while pos < self.segment_size:
+                n = min(len(_ZERO_CHUNK), self.segment_size - pos)
+                pos += os.pwrite(fd, memoryview(_ZERO_CHUNK)[:n], pos)
+            return
+        os.ftruncate(fd, self.segment_size)
+
+    @staticmethod
+    def write(seg: Segment, seg_pos: int, buffers: list[bytearray | bytes | memoryview]) -> None:
+        """Write ``buffers`` back to back at ``seg_pos`` in ``seg`` with as few ``pwritev`` calls as possible."""
+        fd = seg.fd
+        i = 0
+        n = len(buffers)
+        while i < n:
+            chunk = buffers[i : i + IOV_MAX]
+            want = sum(len(b) for b in chunk) if len(chunk) > 1 else len(chunk[0])
+            done = os.pwritev(fd, chunk, seg_pos)
+            if done != want:  # short write: finish this chunk the slow way
+                _finish_short_write(fd, chunk, seg_pos, done)
+            seg_pos += want
+            i += IOV_MAX
+
+    @staticmethod
+    def flush(seg: Segment) -> None:
+        os.fdatasync(seg.fd)
+
+    # -- readers ----------------------------------------------------------------------------------------------
+
+    def find_segment(self, phys: int) -> Segment | None:
+        segs = self._segments
+        if not segs:
+            return None
+        i = (phys - segs[0].start) // self.segment_size
+        if 0 <= i < len(segs):
+            seg = segs[i]
+            if seg.start <= phys < seg.end:
+                return seg
+        # Lists change only at the ends, so the arithmetic above normally hits; bisect guards odd cases.
+        starts = [s.start for s in segs]
+        j = bisect.bisect_right(starts, phys) - 1
+        if j >= 0 and segs[j].start <= phys < segs[j].end:
+            return segs[j]
+        return None
+
+    def read(self, phys: int, size: int) -> bytes | None:
+        """``size`` bytes at ``phys`` (within one segment), or None when that range is not on disk."""
+        if self._closed:
+            raise StoreClosedError("the commit log is closed")
+        seg = self.find_segment(phys)
+        if seg is None or size < 0:
+            return None
+        pos = phys - seg.start
+        if pos + size > seg.size:
+            return None
+        try:
+            return seg.mm[pos : pos + size]
+        except ValueError:  # the map was closed under us (store closing)
+            raise StoreClosedError("the commit log is closed") from None
+
+    def read_size(self, phys: int) -> int | None:
+        """TOTALSIZE of the message record at ``phys``, or None when there is no message record there."""
+        head = self.read(phys, 8)
+        if head is None:
+            return None
+        size, magic = _SIZE_MAGIC.unpack(head)
+        if magic != MAGIC_CODE or size < MIN_RECORD_SIZE:
+            return None
+        return size
+
+    def read_record_bytes(self, phys: int, size: int | None = None) -> bytes | None:
+        if size is None:
+            size = self.read_size(phys)
+            if size is None:
+                return None
+        return self.read(phys, size)
+
+    def read_record(self, phys: int, size: int | None = None, *, check_crc: bool = True) -> MessageRecord | None:
+        data = self.read_record_bytes(phys, size)
+        return None if data is None else decode_record(data, check_crc=check_crc)
+
+    def read_many(self, locations: list[tuple[int, int]]) -> list[bytes]:
+        """Read records given as (phys, size), merging neighbours that are contiguous in one segment into one read."""
+        out: list[bytes] = []
+        i = 0
+        n = len(locations)
+        while i < n:
+            start, size = locations[i]
+            end = start + size
+            seg_end = self.segment_start(start) + self.segment_size
+            j = i + 1
+            while j < n and locations[j][0] == end and end + locations[j][1] <= seg_end:
+                end += locations[j][1]
+                j += 1
+            data = self.read(start, end - start)
+            if data is None:
+                break
+            out.append(data)
+            i = j
+        return out
+
+    # -- recovery ---------------------------------------------------------------------------------------------
+
+    def scan(
+        self, start: int, *, check_crc: bool = True, result: ScanResult | None = None
+    ) -> Iterator[tuple[memoryview, int, int]]:
+        """Verify records from ``start`` (a record boundary) and yield ``(record view, phys, size)`` for each.
+
+        Stops at the first thing that is not a valid record: zeros (the normal end), a bad magic, an impossible size,
+        a PHYSICALOFFSET that disagrees with the position, field lengths that do not add up, or a body CRC mismatch.
+        ``result`` receives where and why it stopped. Blank fillers move the scan to the next segment. The yielded
+        views must not outlive the iteration.
+        """
+        res = result if result is not None else ScanResult(start)
+        res.start = res.end = start
+        segs = self._segments
+        if not segs:
+            res.reason = "empty log"
+            return
+        phys = max(start, segs[0].start)
+        idx = (phys - segs[0].start) // self.segment_size
+        if idx >= len(segs):
+            res.end = phys
+            res.reason = "start is past the last segment"
+            return
+        check = _check_record
+        while True:
+            seg = segs[idx]
+            base = seg.start
+            limit = seg.size
+            pos = phys - base
+            reason: str | None = None
+            next_segment = False
+            view = memoryview(seg.mm)
+            try:
+                while True:
+                    remaining = limit - pos
+                    if remaining < BLANK_HEADER_SIZE:
+                        reason = f"only {remaining} bytes left in the segment at {phys}"
+                        break
+                    size, magic = _SIZE_MAGIC.unpack_from(view, pos)
+                    if magic == MAGIC_CODE:
+                        reason = check(view, pos, phys, size, remaining, check_crc)
+                        if reason is not None:
+                            break
+                        res.records += 1
+                        res.bytes += size
+                        yield view[pos : pos + size], phys, size
+                        pos += size
+                        phys += size
+                    elif magic == BLANK_MAGIC_CODE:
+                        if size != remaining:
+                            reason = f"end-of-file blank at {phys} says {size} bytes but {remaining} are left"
+                        else:
+                            next_segment = True
+                        break
+                    elif size == 0 and magic == 0:
+                        break
+                    else:
+                        reason = f"garbage header at {phys} (size {size}, magic 0x{magic:08X})"
+                        break
+            finally:
+                view.release()
+            if next_segment:
+                phys = base + limit
+                idx += 1
+                if idx < len(segs):
+                    continue
+                res.end, res.reason, res.clean_end = phys, "end of the last segment", True
+                return
+            res.end = phys
+            res.reason = reason or "end of data"
+            res.clean_end = reason is None
+            return
+
+    def last_nonzero(self, seg: Segment, start_pos: int) -> int:
+        """One past the last non-zero byte of ``seg`` at or after ``start_pos`` (``start_pos`` if all zero)."""
+        pos = seg.size
+        chunk = len(_ZERO_CHUNK)
+        while pos > start_pos:
+            lo = max(start_pos, pos - chunk)
+            data = seg.mm[lo:pos]
+            if data != _ZERO_CHUNK[: pos - lo]:
+                return lo + len(data.rstrip(b"\x00"))
+            pos = lo
+        return start_pos
+
+    def truncate(self, end: int) -> tuple[int, int, list[str]]:
+        """Zero everything from ``end`` to the end of its segment and delete later segments.
+
+        Returns ``(first zeroed offset, bytes zeroed, deleted segment paths)``. ``end`` may equal a segment's end.
+        """
+        zeroed = 0
+        deleted: list[str] = []
+        with self._lock:
+            segs = list(self._segments)
+            keep: list[Segment] = []
+            for seg in segs:
+                if seg.start < end or (seg.start == end and seg is segs[0]):
+                    keep.append(seg)
+                else:
+                    deleted.append(seg.path)
+            if keep and keep[-1].start <= end < keep[-1].end:
+                seg = keep[-1]
+                pos = end - seg.start
+                stop = self.last_nonzero(seg, pos)
+                if stop > pos:
+                    zeroed = stop - pos
+                    _pwrite_zeros(seg.fd, pos, zeroed)
+                    os.fdatasync(seg.fd)
+            dropped = [s for s in segs if s.path in deleted]
+            self._set_segments(tuple(keep))
+        for seg in dropped:
+            _close_segment(seg)
+            os.unlink(seg.path)
+        if dropped:
+            _fsync_dir(self.directory)
+        return end, zeroed, deleted
+
+    # -- retention --------------------------------------------------------------------------------------------
+
+    def delete_segment(self, seg: Segment) -> None:
+        """Remove a segment that is not the last one. In-flight readers keep their map until they drop it."""
+        with self._lock:
+            segs = self._segments
+            if not segs or seg is segs[-1] or seg not in segs:
+                raise ValueError(f"cannot delete {seg}: it is the active segment or not in the log")
+            self._set_segments(tuple(s for s in segs if s is not seg))
+        os.close(seg.fd)  # the map holds its own reference to the file; readers slice the map only
+        os.unlink(seg.path)
+        _fsync_dir(self.directory)
+
+    def first_store_timestamp(self, seg: Segment) -> int | None:
+        """STORETIMESTAMP of the first record of ``seg`` (None when it does not start with a record)."""
+        head = self.read(seg.start, 84)
+        if head is None:
+            return None
+        size, magic = _SIZE_MAGIC.unpack_from(head, 0)
+        if magic != MAGIC_CODE or size < MIN_RECORD_SIZE:
+            return None
+        (sys_flag,) = _I32.unpack_from(head, 36)
+        (ts,) = _I64.unpack_from(head, 48 + (20 if sys_flag & _BORN_V6 else 8))
+        return ts
+
+    # -- closing ----------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            segs = self._segments
+            self._set_segments(())
+        for seg in segs:
+            _close_segment(seg)
+
+
+def _check_record(view: memoryview, pos: int, phys: int, size: int, remaining: int, check_crc: bool) -> str | None:
+    """Why the message record at ``view[pos:]`` is not valid, or None when it is."""
+    if size < MIN_RECORD_SIZE or size + BLANK_HEADER_SIZE > remaining:
+        return f"impossible record size {size} at {phys} ({remaining} bytes left in the segment)"
+    _size, _magic, crc, _qid, _flag, _qoff, rec_phys, sys_flag = _HEAD.unpack_from(view, pos)
+    if rec_phys != phys:
+        return f"record at {phys} says its PHYSICALOFFSET is {rec_phys}"
+    body_len_pos = pos + 84 + (12 if sys_flag & _BORN_V6 else 0) + (12 if sys_flag & _STORE_V6 else 0)
+    end = pos + size
+    if body_len_pos + 4 > end:
+        return f"record at {phys}: hosts do not fit in TOTALSIZE {size}"
+    (body_len,) = _I32.unpack_from(view, body_len_pos)
+    body_start = body_len_pos + 4
+    topic_len_pos = body_start + body_len
+    if body_len < 0 or topic_len_pos + 1 > end:
+        return f"record at {phys}: body length {body_len} does not fit in TOTALSIZE {size}"
+    topic_len = view[topic_len_pos]
+    props_len_pos = topic_len_pos + 1 + topic_len
+    if topic_len == 0 or topic_len > 127 or props_len_pos + 2 > end:
+        return f"record at {phys}: topic length {topic_len} is invalid"
+    (props_len,) = _U16.unpack_from(view, props_len_pos)
+    if props_len_pos + 2 + props_len != end:
+        return f"record at {phys}: field lengths do not add up to TOTALSIZE {size}"
+    if check_crc and zlib.crc32(view[body_start:topic_len_pos]) & 0x7FFFFFFF != crc:
+        return f"body CRC mismatch in record at {phys}"
+    return None
+
+
+def blank_for(remaining: int) -> bytes:
+    """The end-of-file filler for the ``remaining`` bytes of a segment."""
+    return encode_blank(remaining)
+
+
+def _close_segment(seg: Segment) -> None:
+    try:
+        seg.mm.close()
+    except BufferError:  # a scan view still exports it; the map goes away with the last reference
+        pass
+    try:
+        os.close(seg.fd)
+    except OSError:
+        pass
+
+
+def _finish_short_write(fd: int, chunk: list[bytearray | bytes | memoryview], pos: int, done: int) -> None:
+    data = memoryview(b"".join(chunk))[done:]
+    pos += done
+    while data:
+        n = os.pwrite(fd, data, pos)
+        data = data[n:]
+        pos += n
+
+
+def _pwrite_zeros(fd: int, pos: int, count: int) -> None:
+    while count > 0:
+        n = os.pwrite(fd, memoryview(_ZERO_CHUNK)[: min(count, len(_ZERO_CHUNK))], pos)
+        pos += n
+        count -= n
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory so that created, renamed or removed entries survive a crash."""
+    _fsync_dir(path)

@@ -1,0 +1,1189 @@
+"""The message store: one append pipeline (group commit), reads, recovery after a crash, and the wiring of the
+commit log, consume queues, key index, checkpoint and retention.
+
+One writer thread assigns offsets, writes each group of pending appends with as few ``pwritev`` calls as possible,
+dispatches consume-queue and index entries, fdatasyncs (SYNC_FLUSH), publishes what became visible and completes
+the waiting requests, one ``call_soon_threadsafe`` per event loop per group. Readers never take the writer's locks.
+"""
+
+from __future__ import annotations
+
+import _thread
+import asyncio
+import enum
+import logging
+import os
+import queue
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from txmq.clock import SYSTEM_CLOCK, Clock
+from txmq.errors import CorruptStoreError, StoreClosedError, StoreError
+from txmq.protocol.record import Host, MessageRecord, decode_record, encode_offset_msg_id
+from txmq.store.checkpoint import AbortMarker, Checkpoint, CheckpointState
+from txmq.store.commit_log import CommitLog, ScanResult, blank_for
+from txmq.store.config import StoreConfig
+from txmq.store.dispatch import DispatchRequest
+from txmq.store.entry import AppendEntry, EntryError, dispatch_fields, encode_entry, entry_from_bytes
+from txmq.store.retention import RetentionService
+from txmq.store.stats import StoreStats
+
+log = logging.getLogger("txmq.store")
+
+_QO_PO = struct.Struct(">qq")  # QUEUEOFFSET then PHYSICALOFFSET, adjacent at byte 20
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_REPLAY_CHUNK = 4096
+
+
+class PutStatus(enum.Enum):
+    """RocketMQ's PutMessageStatus values that txmq produces."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPEDFILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class GetStatus(enum.Enum):
+    """RocketMQ's GetMessageStatus."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+class PutResult:
+    """The outcome of one stored (or refused) record. ``physical_offset`` and ``store_host`` make the offsetMsgId."""
+
+    __slots__ = ("physical_offset", "queue_offset", "remark", "size", "status", "store_host", "store_timestamp")
+
+    def __init__(
+        self,
+        status: PutStatus,
+        physical_offset: int = -1,
+        queue_offset: int = -1,
+        store_timestamp: int = 0,
+        size: int = 0,
+        store_host: Host | None = None,
+        remark: str | None = None,
+    ) -> None:
+        self.status = status
+        self.physical_offset = physical_offset
+        self.queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self.size = size
+        self.store_host = store_host
+        self.remark = remark
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
+
+    @property
+    def msg_id(self) -> str:
+        """offsetMsgId: store host + commit-log offset."""
+        if self.store_host is None or self.physical_offset < 0:
+            raise StoreError(f"no offsetMsgId for a put that failed with {self.status.value}")
+        return encode_offset_msg_id(self.store_host, self.physical_offset)
+
+    def __repr__(self) -> str:
+        if self.ok:
+            return (
+                f"PutResult(PUT_OK, phys={self.physical_offset}, queue_offset={self.queue_offset}, "
+                f"size={self.size}, store_timestamp={self.store_timestamp})"
+            )
+        return f"PutResult({self.status.value}, {self.remark!r})"
+
+
+@dataclass(slots=True)
+class GetMessageResult:
+    """A PULL's worth of records: ``buffers`` joined is the response body (stored bytes, unchanged)."""
+
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list[bytes] = field(default_factory=list)
+    message_count: int = 0
+    total_size: int = 0
+
+    @property
+    def body(self) -> bytes:
+        return self.buffers[0] if len(self.buffers) == 1 else b"".join(self.buffers)
+
+
+@dataclass(slots=True)
+class RecoveryInfo:
+    """What :meth:`MessageStore.open` found and did; also logged."""
+
+    mode: str = "empty"  # "empty", "clean" (no scan) or "crash"
+    log_end: int = 0
+    scan_start: int = -1
+    scanned_records: int = 0
+    scanned_bytes: int = 0
+    stop_reason: str = ""
+    truncated_at: int = -1  # first offset that was cut off, -1 when nothing was
+    truncated_bytes: int = 0
+    deleted_segments: list[str] = field(default_factory=list)
+    cq_replay_from: int = -1
+    cq_replayed: int = 0
+    index_replay_from: int = -1
+    index_replayed: int = 0
+    seconds: float = 0.0
+
+
+class ConsumeQueueLike(Protocol):
+    def put(self, dispatches: list[DispatchRequest]) -> None: ...
+    def flush(self) -> None: ...
+    def max_offset(self, topic: str, queue_id: int) -> int: ...
+    def min_offset(self, topic: str, queue_id: int) -> int: ...
+    def read(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[tuple[int, int, int]]: ...
+    def queues(self) -> Iterable[tuple[str, int]]: ...
+    def max_physical_offset(self) -> int: ...
+    def truncate_after(self, phys_offset: int) -> None: ...
+    def correct_min_offset(self, min_phys: int) -> None: ...
+    def search_by_timestamp(
+        self, topic: str, queue_id: int, timestamp: int, store_time_of: Callable[[int, int], int]
+    ) -> int: ...
+    def close(self) -> None: ...
+
+
+class KeyIndexLike(Protocol):
+    def put(self, dispatches: list[DispatchRequest]) -> None: ...
+    def flush(self) -> None: ...
+    def query(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]: ...
+    def max_physical_offset(self) -> int: ...
+    def truncate_after(self, phys_offset: int) -> None: ...
+    def delete_before(self, phys_offset: int) -> None: ...
+    def close(self) -> None: ...
+
+
+NewMessagesCallback = Callable[[str, int, int], Any]
+
+
+class _Request:
+    """One put or put_many waiting for the writer."""
+
+    __slots__ = ("entries", "future", "loop", "result", "single", "waiter")
+
+    def __init__(
+        self,
+        entries: list[AppendEntry],
+        future: asyncio.Future[Any] | None,
+        loop: asyncio.AbstractEventLoop | None,
+        single: bool,
+    ) -> None:
+        self.entries = entries
+        self.future = future
+        self.loop = loop
+        self.single = single
+        self.result: Any = None
+        self.waiter: Any = None
+
+
+class _Task:
+    """A function the writer thread runs between groups (retention, forced checkpoints)."""
+
+    __slots__ = ("done", "error", "fn", "result")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.done = _thread.allocate_lock()
+        self.done.acquire()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+_STOP = object()
+
+
+def _complete_on_loop(
+    reqs: list[_Request], updates: list[tuple[tuple[str, int], int]] | None, hooks: list[NewMessagesCallback]
+) -> None:
+    """Runs on an event loop: resolve that loop's futures of one group, then tell the new-message hooks."""
+    for req in reqs:
+        fut = req.future
+        if fut is not None and not fut.done():
+            fut.set_result(req.result)
+    if updates and hooks:
+        for (topic, queue_id), max_offset in updates:
+            for hook in hooks:
+                try:
+                    hook(topic, queue_id, max_offset)
+                except Exception:
+                    log.exception("new-message hook %r failed", hook)
+
+
+class MessageStore:
+    """Commit log + consume queues + key index behind one append pipeline.
+
+    Blocking life cycle: ``open()`` / ``shutdown()`` (also a context manager). Asyncio: ``await start()`` /
+    ``await close()`` (also ``async with``), which also runs the retention timer on the clock.
+    """
+
+    def __init__(
+        self,
+        config: StoreConfig | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        consume_queue_factory: Callable[[str, StoreConfig], ConsumeQueueLike] | None = None,
+        key_index_factory: Callable[[str, StoreConfig], KeyIndexLike] | None = None,
+        disk_usage: Callable[[], float] | None = None,
+    ) -> None:
+        self.config = config if config is not None else StoreConfig()
+        self.clock = clock
+        cfg = self.config
+        self.root = cfg.store_path_root_dir
+        self.commit_log = CommitLog(
+            os.path.join(self.root, "commitlog"), cfg.mapped_file_size_commit_log, cfg.effective_preallocate
+        )
+        self._cq_factory = consume_queue_factory or _default_consume_queue
+        self._index_factory = key_index_factory or _default_key_index
+        self.consume_queue: ConsumeQueueLike = None  # type: ignore[assignment]  # set by open()
+        self.key_index: KeyIndexLike = None  # type: ignore[assignment]
+        self._checkpoint = Checkpoint(os.path.join(self.root, "checkpoint"))
+        self._abort = AbortMarker(os.path.join(self.root, "abort"))
+        self.statistics = StoreStats()
+        self.recovery: RecoveryInfo | None = None
+        self.retention = RetentionService(self, disk_usage=disk_usage)
+
+        self._max_body = cfg.max_message_size
+        # A record must leave room for the end-of-file blank in an otherwise empty segment.
+        self._max_record = cfg.mapped_file_size_commit_log - 8
+        self._delay_levels = cfg.delay_levels_ms()
+        self._sync = cfg.sync_flush
+        self._state = "new"  # new -> open -> closing -> closed
+        self._failure: str | None = None  # set when a write/flush failed: puts are refused until a restart
+        self._put_lock = threading.Lock()  # makes "check open + enqueue" atomic against shutdown()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._flusher: threading.Thread | None = None
+        self._flusher_stop = threading.Event()
+        self._hooks: dict[asyncio.AbstractEventLoop | None, list[NewMessagesCallback]] = {}
+        self._loop_batches: dict[asyncio.AbstractEventLoop, list[_Request]] = {}  # each touched by its loop only
+
+        # Writer state (writer thread only, after open()).
+        self._seg: Any = None
+        self._wpos = 0  # next physical offset to write
+        self._next_offsets: dict[tuple[str, int], int] = {}
+        self._last_store_ts = 0
+        self._next_checkpoint = 0.0
+        self._checkpointed_pos = -1
+
+        # Published state (written by the writer/flusher, read by anyone).
+        self._flushed = 0  # commit-log bytes known to be fdatasync'ed
+        self._confirmed = 0  # commit-log bytes whose records are visible
+        self._visible: dict[tuple[str, int], int] = {}  # queue -> max offset readers may see
+        self._index_ts = 0  # store time of the last record handed to the key index
+
+    # ------------------------------------------------------------------------------------------ life cycle
+
+    def open(self) -> MessageStore:
+        """Recover (fast after a clean shutdown, verifying after a crash) and start the append pipeline."""
+        if self._state != "new":
+            raise StoreError(f"the store is {self._state}; open() runs once")
+        os.makedirs(self.root, exist_ok=True)
+        cfg = self.config
+        self.consume_queue = self._cq_factory(os.path.join(self.root, "consumequeue"), cfg)
+        try:
+            self.key_index = self._index_factory(os.path.join(self.root, "index"), cfg)
+            self.recovery = self._recover()
+        except BaseException:
+            self._close_files()
+            raise
+        self._writer = threading.Thread(target=self._writer_main, name="txmq-store-writer", daemon=True)
+        self._state = "open"
+        self._writer.start()
+        if not self._sync:
+            self._flusher = threading.Thread(target=self._flusher_main, name="txmq-store-flusher", daemon=True)
+            self._flusher.start()
+        return self
+
+    async def start(self) -> None:
+        """``open()`` in a worker thread (recovery can take seconds), then start the retention timer."""
+        await asyncio.to_thread(self.open)
+        self.retention.start()
+
+    def shutdown(self) -> None:
+        """Finish every queued append, flush everything, write a clean checkpoint and remove the abort marker."""
+        with self._put_lock:
+            if self._state != "open":
+                if self._state == "new":
+                    self._state = "closed"
+                return
+            self._state = "closing"
+        self.retention.stop()
+        self._queue.put(_STOP)
+        if self._writer is not None:
+            self._writer.join()
+        if self._flusher is not None:
+            self._flusher_stop.set()
+            self._flusher.join()
+        self._fail_leftovers()
+        try:
+            if self._failure is None:
+                self._flush_commit_log()
+                self._write_checkpoint(clean=True)
+                self._abort.remove()
+            else:
+                log.error(
+                    "store closing after a write failure (%s); the next open will run crash recovery", self._failure
+                )
+        finally:
+            self._state = "closed"
+            self._close_files()
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.shutdown)
+
+    def __enter__(self) -> MessageStore:
+        return self.open() if self._state == "new" else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    async def __aenter__(self) -> MessageStore:
+        if self._state == "new":
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def is_open(self) -> bool:
+        return self._state == "open"
+
+    def _close_files(self) -> None:
+        for closer in (self.consume_queue, self.key_index):
+            if closer is not None:
+                try:
+                    closer.close()
+                except Exception:
+                    log.exception("closing %r failed", closer)
+        self._checkpoint.close()
+        self.commit_log.close()
+
+    def _fail_leftovers(self) -> None:
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, list):
+                self._finish_failed(item, PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
+            elif isinstance(item, _Task):
+                item.error = StoreClosedError("the store is closed")
+                item.done.release()
+
+    # ------------------------------------------------------------------------------------------ appending
+
+    async def put(self, record: MessageRecord) -> PutResult:
+        """Append one record; returns once it is durable (SYNC_FLUSH) or written (ASYNC_FLUSH).
+
+        Invalid records and a closed store give a result with a failure status instead of raising.
+        """
+        try:
+            entry = encode_entry(record, self._max_body, self._delay_levels)
+        except EntryError as exc:
+            return self._refused(exc.status, str(exc))
+        if len(entry[0]) > self._max_record:
+            return self._refused("MESSAGE_ILLEGAL", self._too_big(len(entry[0])))
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._submit(loop, _Request([entry], fut, loop, True))
+        result: PutResult = await fut
+        return result
+
+    async def put_many(self, records: list[MessageRecord]) -> list[PutResult]:
+        """Append records as one request: consecutive queue offsets per queue, all written or none accepted."""
+        entries = self._encode_all(records)
+        if isinstance(entries, PutResult):
+            return [entries] * max(1, len(records))
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._submit(loop, _Request(entries, fut, loop, False))
+        results: list[PutResult] = await fut
+        return results
+
+    async def put_raw(self, data: bytes | bytearray, store_host: Host | None = None) -> PutResult:
+        """Append an already encoded record (its offsets and store time are overwritten)."""
+        try:
+            entry = entry_from_bytes(data, self._max_body, self._delay_levels, store_host)
+        except EntryError as exc:
+            return self._refused(exc.status, str(exc))
+        if len(entry[0]) > self._max_record:
+            return self._refused("MESSAGE_ILLEGAL", self._too_big(len(entry[0])))
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._submit(loop, _Request([entry], fut, loop, True))
+        result: PutResult = await fut
+        return result
+
+    def put_sync(self, record: MessageRecord) -> PutResult:
+        """Blocking :meth:`put` for threads without an event loop (tools, the crash-test child)."""
+        return self.put_many_sync([record])[0]
+
+    def put_many_sync(self, records: list[MessageRecord]) -> list[PutResult]:
+        entries = self._encode_all(records)
+        if isinstance(entries, PutResult):
+            return [entries] * max(1, len(records))
+        req = _Request(entries, None, None, False)
+        req.waiter = _thread.allocate_lock()
+        req.waiter.acquire()
+        with self._put_lock:
+            if self._state != "open" or self._failure is not None:
+                return [self._unavailable()] * len(records)
+            self._queue.put([req])
+        req.waiter.acquire()
+        results: list[PutResult] = req.result
+        return results
+
+    def _submit(self, loop: asyncio.AbstractEventLoop, req: _Request) -> None:
+        """Collect the requests of one event-loop iteration and hand them to the writer together: one queue put
+        and at most one writer wake-up per iteration, after every ready task has had its turn to append."""
+        batch = self._loop_batches.get(loop)
+        if batch is None:
+            self._loop_batches[loop] = [req]
+            loop.call_soon(self._hand_over, loop)
+        else:
+            batch.append(req)
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch = self._loop_batches.pop(loop, None)
+        if not batch:
+            return
+        with self._put_lock:
+            if self._state == "open" and self._failure is None:
+                self._queue.put(batch)
+                return
+        unavailable = self._unavailable()
+        for req in batch:
+            req.result = unavailable if req.single else [unavailable] * len(req.entries)
+        _complete_on_loop(batch, None, [])
+
+    def _encode_all(self, records: list[MessageRecord]) -> list[AppendEntry] | PutResult:
+        if not records:
+            return self._refused("MESSAGE_ILLEGAL", "no records to put")
+        entries: list[AppendEntry] = []
+        for i, record in enumerate(records):
+            try:
+                entry = encode_entry(record, self._max_body, self._delay_levels)
+            except EntryError as exc:
+                return self._refused(exc.status, f"record {i} of {len(records)}: {exc}")
+            if len(entry[0]) > self._max_record:
+                return self._refused("MESSAGE_ILLEGAL", f"record {i}: {self._too_big(len(entry[0]))}")
+            entries.append(entry)
+        return entries
+
+    def _too_big(self, size: int) -> str:
+        return f"record of {size} bytes does not fit a commit-log segment of {self.config.mapped_file_size_commit_log}"
+
+    def _refused(self, status: str, remark: str) -> PutResult:
+        self.statistics.put_failures += 1
+        return PutResult(PutStatus[status], remark=remark)
+
+    def _unavailable(self) -> PutResult:
+        self.statistics.put_failures += 1
+        if self._failure is not None:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=f"the store failed: {self._failure}")
+        return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=f"the store is {self._state}")
+
+    # ------------------------------------------------------------------------------------------ the writer
+
+    def _writer_main(self) -> None:
+        q = self._queue
+        get = q.get
+        idle = max(0.01, self.config.flush_interval_consume_queue / 1000.0)
+        self._next_checkpoint = time.monotonic() + idle
+        stop = False
+        while not stop:
+            try:
+                first = get(timeout=idle)
+            except queue.Empty:
+                self._maybe_checkpoint()
+                continue
+            items = [first]
+            for _ in range(q.qsize()):  # qsize() is a lower bound here: only this thread takes items
+                items.append(q.get_nowait())
+            reqs: list[_Request] = []
+            for item in items:
+                if type(item) is list:  # a hand-over: the requests of one loop iteration or one put_sync
+                    reqs += item
+                    continue
+                if reqs:
+                    self._run_group(reqs)
+                    reqs = []
+                if item is _STOP:
+                    stop = True
+                else:
+                    self._run_task(item)
+            if reqs:
+                self._run_group(reqs)
+            self._maybe_checkpoint()
+
+    def _run_task(self, task: _Task) -> None:
+        try:
+            task.result = task.fn()
+        except BaseException as exc:
+            task.error = exc
+        finally:
+            task.done.release()
+
+    def call_in_writer(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the writer thread between groups and return its result (blocking)."""
+        task = _Task(fn)
+        with self._put_lock:
+            if self._state != "open":
+                raise StoreClosedError(f"the store is {self._state}")
+            self._queue.put(task)
+        task.done.acquire()
+        if task.error is not None:
+            raise task.error
+        return task.result
+
+    def _run_group(self, reqs: list[_Request]) -> None:
+        if self._failure is not None:
+            self._finish_failed(reqs, PutStatus.SERVICE_NOT_AVAILABLE, f"the store failed: {self._failure}")
+            return
+        try:
+            self._write_group(reqs)
+        except BaseException as exc:
+            # The log, the queues and what readers see may now disagree; only crash recovery can reconcile
+            # them, so refuse all further appends until the store is reopened.
+            self._failure = f"{type(exc).__name__}: {exc}"
+            log.critical("append pipeline failed; refusing further appends until restart", exc_info=True)
+            self._finish_failed(reqs, PutStatus.SERVICE_NOT_AVAILABLE, f"the store failed: {self._failure}")
+
+    def _write_group(self, reqs: list[_Request]) -> None:
+        """Stamp, write, dispatch, flush, publish and complete one group. Writer thread only."""
+        now = self.clock.now_ms()
+        commit_log = self.commit_log
+        seg = self._seg
+        wpos = self._wpos
+        if seg is None or not seg.start <= wpos < seg.end:
+            seg = commit_log.segment_for_write(wpos)
+        seg_end = seg.end
+        write_from = wpos
+        bufs: list[Any] = []
+        dispatches: list[DispatchRequest] = []
+        touched: dict[tuple[str, int], int] = {}
+        next_offsets = self._next_offsets
+        pack_qo_po = _QO_PO.pack_into
+        pack_i64 = _I64.pack_into
+        dispatch = DispatchRequest
+        result = PutResult
+        ok = PutStatus.PUT_OK
+        stats = self.statistics
+        topic_puts = stats.topic_puts
+        messages = 0
+        nbytes = 0
+        for req in reqs:
+            results: list[PutResult] = []
+            for buf, topic, queue_id, key, sys_flag, needs_cq, code, keys, uniq, delay, ts_pos, host in req.entries:
+                size = len(buf)
+                if wpos + size + 8 > seg_end:
+                    # Seal this segment (blank + fdatasync) before any byte reaches the next one, so a segment
+                    # never holds data while its predecessor's end is not durable.
+                    if wpos < seg_end:
+                        bufs.append(blank_for(seg_end - wpos))
+                    if bufs:
+                        commit_log.write(seg, write_from - seg.start, bufs)
+                        bufs = []
+                    commit_log.flush(seg)
+                    seg = commit_log.segment_for_write(seg_end)
+                    wpos = write_from = seg.start
+                    seg_end = seg.end
+                if needs_cq:
+                    qo = next_offsets.get(key, 0)
+                    next_offsets[key] = touched[key] = qo + 1
+                else:
+                    qo = 0
+                pack_qo_po(buf, 20, qo, wpos)
+                pack_i64(buf, ts_pos, now)
+                dispatches.append(
+                    dispatch(topic, queue_id, qo, wpos, size, now + delay if delay else code, now, sys_flag, keys, uniq)
+                )
+                bufs.append(buf)
+                results.append(result(ok, wpos, qo, now, size, host))
+                wpos += size
+                nbytes += size
+            n = len(results)
+            messages += n
+            topic_puts[topic] = topic_puts.get(topic, 0) + n  # per request: a put_many has one topic in practice
+            req.result = results[0] if req.single else results
+        if bufs:
+            commit_log.write(seg, write_from - seg.start, bufs)
+        self._seg = seg
+        self._wpos = wpos
+        self.consume_queue.put(dispatches)
+        self.key_index.put(dispatches)
+        self._last_store_ts = self._index_ts = now
+        if self._sync:
+            t0 = time.perf_counter_ns()
+            commit_log.flush(seg)
+            stats.flush_latency_us.add((time.perf_counter_ns() - t0) // 1000)
+            stats.flushes += 1
+            self._flushed = wpos
+        # Publish only now: in SYNC mode a reader never sees an entry that a crash could take back.
+        if touched:
+            self._visible.update(touched)
+        self._confirmed = wpos
+        stats.groups += 1
+        stats.put_requests += len(reqs)
+        stats.put_messages += messages
+        stats.put_bytes += nbytes
+        stats.group_messages.add(messages)
+        self._complete(reqs, touched)
+
+    def _complete(self, reqs: list[_Request], touched: dict[tuple[str, int], int]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
+        for req in reqs:
+            loop = req.loop
+            if loop is None:
+                req.waiter.release()
+            else:
+                group = by_loop.get(loop)
+                if group is None:
+                    by_loop[loop] = [req]
+                else:
+                    group.append(req)
+        hooks = self._hooks
+        updates = list(touched.items()) if touched and hooks else None
+        for loop, group in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_complete_on_loop, group, updates, hooks.get(loop, ()))
+            except RuntimeError:  # that loop is closed: nobody is waiting any more
+                pass
+        if updates:
+            for loop, callbacks in hooks.items():
+                if loop in by_loop:
+                    continue
+                if loop is None:
+                    _complete_on_loop([], updates, callbacks)
+                    continue
+                try:
+                    loop.call_soon_threadsafe(_complete_on_loop, [], updates, callbacks)
+                except RuntimeError:
+                    pass
+
+    def _finish_failed(self, reqs: list[_Request], status: PutStatus, remark: str) -> None:
+        for req in reqs:
+            failed = PutResult(status, remark=remark)
+            req.result = failed if req.single else [failed] * len(req.entries)
+            self.statistics.put_failures += len(req.entries)
+        self._complete(reqs, {})
+
+    def _maybe_checkpoint(self) -> None:
+        now = time.monotonic()
+        if now < self._next_checkpoint or self._failure is not None:
+            return
+        self._next_checkpoint = now + self.config.flush_interval_consume_queue / 1000.0
+        if self._checkpointed_pos == self._wpos and self._flushed == self._wpos:
+            return
+        try:
+            self._write_checkpoint(clean=False)
+        except Exception:
+            log.exception("writing the checkpoint failed; will retry")
+
+    def _write_checkpoint(self, clean: bool) -> None:
+        """Flush the consume queues and the index, then record what is durable. Writer thread (or after it)."""
+        wpos = self._wpos
+        flushed = self._flushed
+        self.consume_queue.flush()
+        self.key_index.flush()
+        state = CheckpointState(
+            physic_msg_timestamp=self._last_store_ts,
+            logics_msg_timestamp=self._last_store_ts,
+            index_msg_timestamp=self._index_ts,
+            commit_flushed=flushed,
+            cq_dispatched=wpos,
+            index_dispatched=wpos,
+            clean=clean,
+        )
+        if clean:
+            state.cq_max_phys = self.consume_queue.max_physical_offset()
+            state.cq_offset_sum = self._cq_offset_sum()
+            state.index_max_phys = self.key_index.max_physical_offset()
+        self._checkpoint.write(state)
+        self._checkpointed_pos = wpos
+
+    def _cq_offset_sum(self) -> int:
+        cq = self.consume_queue
+        return sum(cq.max_offset(t, q) for t, q in cq.queues())
+
+    def flush(self) -> None:
+        """Make everything appended so far durable and checkpoint it (blocking; normally periodic)."""
+
+        def work() -> None:
+            self._flush_commit_log()
+            self._write_checkpoint(clean=False)
+
+        self.call_in_writer(work)
+
+    # ------------------------------------------------------------------------------------------ ASYNC_FLUSH
+
+    def _flusher_main(self) -> None:
+        interval = max(0.001, self.config.flush_interval_commit_log / 1000.0)
+        while not self._flusher_stop.wait(interval):
+            try:
+                self._flush_commit_log()
+            except Exception as exc:
+                self._failure = f"fdatasync failed: {exc}"
+                log.critical("commit-log flush failed; refusing further appends until restart", exc_info=True)
+                return
+
+    def _flush_commit_log(self) -> None:
+        """fdatasync every segment holding bytes between the flushed and the written position."""
+        target = self._wpos
+        flushed = self._flushed
+        if target <= flushed:
+            return
+        t0 = time.perf_counter_ns()
+        for seg in self.commit_log.segments:
+            if seg.end > flushed and seg.start < target:
+                os.fdatasync(seg.fd)
+        stats = self.statistics
+        stats.flush_latency_us.add((time.perf_counter_ns() - t0) // 1000)
+        stats.flushes += 1
+        self._flushed = target
+
+    # ------------------------------------------------------------------------------------------ hooks
+
+    def on_new_messages(self, callback: NewMessagesCallback, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Call ``callback(topic, queue_id, max_offset)`` when entries become visible, once per queue per group.
+
+        It runs on ``loop`` (default: the running loop at registration), scheduled once per group; without a
+        loop it runs on the writer thread and must be quick and thread-safe.
+        """
+        if loop is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+        hooks = {k: list(v) for k, v in self._hooks.items()}
+        hooks.setdefault(loop, []).append(callback)
+        self._hooks = hooks  # replaced whole: the writer iterates its own snapshot
+
+    def add_retention_guard(self, guard: Callable[[], int]) -> None:
+        """``guard()`` returns the lowest commit-log offset that must be kept; retention keeps its segment."""
+        self.retention.add_guard(guard)
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    def _check_readable(self) -> None:
+        if self._state not in ("open", "closing"):
+            raise StoreClosedError(f"the store is {self._state}")
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """Next logical offset of the queue (number of visible entries ever written)."""
+        return self._visible.get((topic, queue_id), 0)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        self._check_readable()
+        return self.consume_queue.min_offset(topic, queue_id)
+
+    def queues(self) -> list[tuple[str, int]]:
+        return list(self._visible)
+
+    def max_physical_offset(self) -> int:
+        """End of the visible commit log."""
+        return self._confirmed
+
+    def min_physical_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    def flushed_physical_offset(self) -> int:
+        return self._flushed
+
+    def read_consume_queue(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[tuple[int, int, int]]:
+        """Visible consume-queue entries ``(phys, size, tags_code)`` from ``offset``."""
+        self._check_readable()
+        count = min(max_count, self._visible.get((topic, queue_id), 0) - offset)
+        if count <= 0:
+            return []
+        return self.consume_queue.read(topic, queue_id, offset, count)
+
+    def read_bytes(self, phys: int, size: int) -> bytes | None:
+        """Raw stored bytes ``[phys, phys + size)`` (within one segment), or None when not (or no longer) there."""
+        self._check_readable()
+        if phys < 0 or size <= 0 or phys + size > self._confirmed:
+            return None
+        return self.commit_log.read(phys, size)
+
+    def read_record(self, phys: int, size: int | None = None) -> bytes | None:
+        """The stored bytes of the record at ``phys`` (a VIEW / QUERY body unit), or None."""
+        self._check_readable()
+        if phys < 0 or phys >= self._confirmed:
+            return None
+        data = self.commit_log.read_record_bytes(phys, size)
+        if data is None or phys + len(data) > self._confirmed:
+            return None
+        return data
+
+    def read_message(self, phys: int, size: int | None = None) -> MessageRecord | None:
+        """The decoded record at ``phys`` (None when there is no record there)."""
+        data = self.read_record(phys, size)
+        return None if data is None else decode_record(data)
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int | None = None,
+        max_bytes: int | None = None,
+        tags_codes: Iterable[int] | None = None,
+    ) -> GetMessageResult:
+        """RocketMQ's getMessage: up to ``max_count`` records / ``max_bytes`` from ``offset``, optionally only
+        those whose tagsCode is in ``tags_codes``. Neighbouring records are read in one slice."""
+        self._check_readable()
+        cfg = self.config
+        max_count = cfg.max_transfer_count_on_message_in_memory if max_count is None else max(1, max_count)
+        max_bytes = cfg.max_transfer_bytes_on_message_in_memory if max_bytes is None else max_bytes
+        codes = None if tags_codes is None else set(tags_codes)
+        max_off = self.max_offset(topic, queue_id)
+        min_off = self.consume_queue.min_offset(topic, queue_id)
+        if max_off == 0:
+            return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if offset < min_off:
+            return GetMessageResult(GetStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            nxt = min_off if min_off == 0 else max_off
+            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, nxt, min_off, max_off)
+        scan = max_count if codes is None else max(16000, max_count * 20)
+        entries = self.read_consume_queue(topic, queue_id, offset, scan)
+        if not entries:
+            return GetMessageResult(GetStatus.OFFSET_FOUND_NULL, offset, min_off, max_off)
+        log_min = self.commit_log.min_offset
+        picked: list[tuple[int, int]] = []
+        total = 0
+        consumed = 0
+        for phys, size, code in entries:
+            if len(picked) >= max_count or (picked and total + size > max_bytes):
+                break
+            consumed += 1
+            if phys < log_min:  # its segment was deleted by retention
+                continue
+            if codes is not None and code not in codes:
+                continue
+            picked.append((phys, size))
+            total += size
+        buffers = self.commit_log.read_many(picked) if picked else []
+        if not buffers:
+            status = GetStatus.NO_MATCHED_MESSAGE if consumed else GetStatus.OFFSET_FOUND_NULL
+            return GetMessageResult(status, offset + consumed, min_off, max_off)
+        read = sum(len(b) for b in buffers)
+        if read != total:  # a segment vanished mid-read: return what was read, resume after it
+            count = 0
+            acc = 0
+            for _phys, size in picked:
+                if acc + size > read:
+                    break
+                acc += size
+                count += 1
+            picked = picked[:count]
+        return GetMessageResult(GetStatus.FOUND, offset + consumed, min_off, max_off, buffers, len(picked), read)
+
+    def _store_time_of(self, phys: int, size: int) -> int:
+        head = self.commit_log.read(phys, 76) if phys >= self.commit_log.min_offset else None
+        if head is None:
+            return -1
+        (sys_flag,) = _I32.unpack_from(head, 36)
+        (ts,) = _I64.unpack_from(head, 68 if sys_flag & 0x10 else 56)
+        return int(ts)
+
+    def store_time_at(self, topic: str, queue_id: int, offset: int) -> int | None:
+        """STORETIMESTAMP of the message at ``offset`` of the queue, or None."""
+        entries = self.read_consume_queue(topic, queue_id, offset, 1)
+        if not entries:
+            return None
+        ts = self._store_time_of(entries[0][0], entries[0][1])
+        return ts if ts >= 0 else None
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int | None:
+        """Store time of the queue's oldest message (GET_EARLIEST_MSG_STORETIME), or None."""
+        return self.store_time_at(topic, queue_id, self.min_offset(topic, queue_id))
+
+    def last_store_time(self, topic: str, queue_id: int) -> int | None:
+        max_off = self.max_offset(topic, queue_id)
+        return self.store_time_at(topic, queue_id, max_off - 1) if max_off > 0 else None
+
+    def earliest_message_time(self) -> int | None:
+        """Store time of the oldest record in the whole commit log."""
+        self._check_readable()
+        segs = self.commit_log.segments
+        if not segs or self._confirmed <= segs[0].start:
+            return None
+        return self.commit_log.first_store_timestamp(segs[0])
+
+    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP: the logical offset whose store time is nearest ``timestamp``."""
+        self._check_readable()
+        offset = self.consume_queue.search_by_timestamp(topic, queue_id, timestamp, self._store_time_of)
+        return min(offset, self.max_offset(topic, queue_id))
+
+    def query_by_key(self, topic: str, key: str, max_num: int, begin_ts: int = 0, end_ts: int = 2**63 - 1) -> list[int]:
+        """Physical offsets of visible records of ``topic`` whose UNIQ_KEY or one of whose KEYS is ``key``.
+
+        Index hits are checked against the record, so hash collisions never leak other messages.
+        """
+        self._check_readable()
+        hits = self.key_index.query(topic, key, max_num, begin_ts, end_ts)
+        confirmed = self._confirmed
+        out: list[int] = []
+        for phys in hits:
+            if phys >= confirmed:
+                continue
+            data = self.commit_log.read_record_bytes(phys)
+            if data is None:
+                continue
+            t, _qid, _qo, ts, _sf, _tc, _bl, keys, uniq = dispatch_fields(memoryview(data), self._delay_levels)
+            if t != topic or not begin_ts <= ts <= end_ts:
+                continue
+            if key == uniq or (keys is not None and key in keys.split(" ")):
+                out.append(phys)
+                if len(out) >= max_num:
+                    break
+        return out
+
+    def index_last_update_timestamp(self) -> int:
+        return self._index_ts
+
+    def stats(self) -> dict[str, Any]:
+        snap = self.statistics.snapshot()
+        snap["commit_log_min_offset"] = self.commit_log.min_offset
+        snap["commit_log_max_offset"] = self._confirmed
+        snap["commit_log_flushed_offset"] = self._flushed
+        return snap
+
+    # ------------------------------------------------------------------------------------------ retention hook
+
+    def _delete_segments(self, count: int, guard: int) -> list[str]:
+        """Delete the ``count`` oldest segments (writer thread), then move queue and index minimums up."""
+        deleted: list[str] = []
+        for seg in list(self.commit_log.segments[:count]):
+            if seg is self.commit_log.segments[-1] or seg.end > guard or seg.end > self._wpos:
+                break
+            self.commit_log.delete_segment(seg)
+            deleted.append(seg.path)
+            log.info("retention: deleted commit-log segment %s", seg.path)
+        if deleted:
+            new_min = self.commit_log.min_offset
+            self.consume_queue.correct_min_offset(new_min)
+            self.key_index.delete_before(new_min)
+        return deleted
+
+    # ------------------------------------------------------------------------------------------ recovery
+
+    def _recover(self) -> RecoveryInfo:
+        t0 = time.monotonic()
+        info = RecoveryInfo()
+        cp = self._checkpoint.load()
+        crashed = self._abort.exists()
+        self.commit_log.load()
+        self._abort.create()
+        cq, index = self.consume_queue, self.key_index
+        segs = self.commit_log.segments
+        cq_max = cq.max_physical_offset()
+        index_max = index.max_physical_offset()
+        if not segs:
+            if (cp is not None and cp.commit_flushed > 0) or cq_max > 0:
+                raise CorruptStoreError(
+                    f"{self.commit_log.directory} holds no segment, but the checkpoint or the consume queues "
+                    f"refer to {max(cp.commit_flushed if cp else 0, cq_max)} bytes of commit log; "
+                    f"refusing to start on an empty log (wrong storePathRootDir, or lost files?)"
+                )
+            end = 0
+            info.mode = "empty"
+            cq.truncate_after(0)
+            index.truncate_after(0)
+        else:
+            log_min = segs[0].start
+            clean = (
+                not crashed
+                and cp is not None
+                and cp.clean
+                and log_min <= cp.commit_flushed <= segs[-1].end
+                and self._looks_like_end(cp.commit_flushed)
+            )
+            if clean:
+                assert cp is not None
+                end = cp.commit_flushed
+                info.mode = "clean"
+                cq_ok = cq_max == cp.cq_max_phys and self._cq_offset_sum() == cp.cq_offset_sum
+                index_ok = index_max == cp.index_max_phys
+                if not cq_ok:
+                    log.warning("consume queues differ from the clean checkpoint; rebuilding them from the log")
+                if not index_ok:
+                    log.warning("key index differs from the clean checkpoint; rebuilding it from the log")
+                cq_from = end if cq_ok else log_min
+                index_from = end if index_ok else log_min
+                if cq_from < end or index_from < end:
+                    end = self._scan_and_replay(info, min(cq_from, index_from), cq_from, index_from, end)
+            else:
+                info.mode = "crash"
+                why = "abort marker present" if crashed else "no clean checkpoint"
+                log.warning("store at %s was not shut down cleanly (%s); verifying the commit log", self.root, why)
+                cq_from = min(max(cq_max, log_min), segs[-1].end)
+                index_from = min(max(index_max, log_min), segs[-1].end)
+                start = min(segs[-1].start, cq_from, index_from)
+                if cp is not None and log_min <= cp.commit_flushed <= segs[-1].end:
+                    start = min(start, cp.commit_flushed)
+                end = self._scan_and_replay(info, start, cq_from, index_from, None)
+                if cp is not None and end < cp.commit_flushed:
+                    log.error(
+                        "commit log is valid only up to %d but %d bytes were flushed before the crash: records in "
+                        "[%d, %d) were lost to corruption",
+                        end,
+                        cp.commit_flushed,
+                        end,
+                        cp.commit_flushed,
+                    )
+        info.log_end = end
+        self._wpos = self._flushed = self._confirmed = end
+        self._seg = None
+        tables = {(t, q): cq.max_offset(t, q) for t, q in cq.queues()}
+        self._next_offsets = dict(tables)
+        self._visible = dict(tables)
+        if cp is not None:
+            self._index_ts = max(self._index_ts, cp.index_msg_timestamp)
+            self._last_store_ts = max(self._last_store_ts, cp.physic_msg_timestamp)
+        self._write_checkpoint(clean=False)
+        info.seconds = time.monotonic() - t0
+        log.info(
+            "store recovered (%s) in %.3fs: log end %d, scanned %d records / %d bytes, replayed %d CQ / %d index",
+            info.mode,
+            info.seconds,
+            end,
+            info.scanned_records,
+            info.scanned_bytes,
+            info.cq_replayed,
+            info.index_replayed,
+        )
+        return info
+
+    def _looks_like_end(self, end: int) -> bool:
+        """A clean checkpoint's end must sit on zeros (or a segment boundary): nothing was written after it."""
+        seg = self.commit_log.find_segment(end)
+        if seg is None:
+            return end == self.commit_log.segments[-1].end
+        head = self.commit_log.read(end, 8)
+        return head == bytes(8)
+
+    def _scan_and_replay(
+        self, info: RecoveryInfo, start: int, cq_from: int, index_from: int, stop_at: int | None
+    ) -> int:
+        """Verify records from ``start``, re-dispatch those past the queues' and index's durable points, and cut
+        the log at the first invalid record (crash path) or check it ends at ``stop_at`` (clean path)."""
+        cq, index = self.consume_queue, self.key_index
+        info.scan_start = start
+        info.cq_replay_from = cq_from
+        info.index_replay_from = index_from
+        # Entries past the replay points are rewritten from the log, so the expected next offset of each queue
+        # is known and every replayed record can be checked against it (the body CRC does not cover the header).
+        cq.truncate_after(cq_from)
+        index.truncate_after(index_from)
+        expected = {(t, q): cq.max_offset(t, q) for t, q in cq.queues()}
+        known = {k for k, v in expected.items() if v > 0}
+        result = ScanResult(start)
+        cq_batch: list[DispatchRequest] = []
+        index_batch: list[DispatchRequest] = []
+        delay_levels = self._delay_levels
+        end: int | None = None
+        last_ts = 0
+        scanner = self.commit_log.scan(start, check_crc=self.config.check_crc_on_recover, result=result)
+        try:
+            for view, phys, size in scanner:
+                if stop_at is not None and phys >= stop_at:
+                    end = phys
+                    break
+                if phys < cq_from and phys < index_from:
+                    continue
+                topic, qid, qoff, ts, sys_flag, code, _bl, keys, uniq = dispatch_fields(view, delay_levels)
+                d = DispatchRequest(topic, qid, qoff, phys, size, code, ts, sys_flag, keys, uniq)
+                last_ts = ts
+                if phys >= cq_from:
+                    if d.has_consume_queue:
+                        key = (topic, qid)
+                        want = expected.get(key)
+                        if want is not None and key in known and qoff != want:
+                            result.reason = f"record at {phys} has queue offset {qoff}, {topic}:{qid} expects {want}"
+                            result.clean_end = False
+                            end = phys
+                            break
+                        expected[key] = qoff + 1
+                        known.add(key)
+                        info.cq_replayed += 1
+                    cq_batch.append(d)
+                if phys >= index_from:
+                    index_batch.append(d)
+                    info.index_replayed += 1
+                if len(cq_batch) >= _REPLAY_CHUNK:
+                    cq.put(cq_batch)
+                    cq_batch = []
+                if len(index_batch) >= _REPLAY_CHUNK:
+                    index.put(index_batch)
+                    index_batch = []
+        finally:
+            scanner.close()
+        if cq_batch:
+            cq.put(cq_batch)
+        if index_batch:
+            index.put(index_batch)
+        if last_ts:
+            self._last_store_ts = self._index_ts = last_ts
+        if end is None:
+            end = result.end
+        info.scanned_records = result.records
+        info.scanned_bytes = result.bytes
+        info.stop_reason = result.reason
+        if stop_at is not None and end != stop_at:
+            log.error("commit log ends at %d (%s) although the clean checkpoint says %d", end, result.reason, stop_at)
+        if stop_at is None or end != stop_at:
+            self._truncate_log(info, end, result)
+        cq.truncate_after(end)
+        index.truncate_after(end)
+        return end
+
+    def _truncate_log(self, info: RecoveryInfo, end: int, result: ScanResult) -> None:
+        first, zeroed, deleted = self.commit_log.truncate(end)
+        info.truncated_bytes = zeroed
+        info.deleted_segments = deleted
+        if zeroed or deleted:
+            info.truncated_at = first
+            log.warning(
+                "commit log: cut the torn tail at %d (%s): zeroed %d bytes [%d, %d)%s",
+                first,
+                result.reason,
+                zeroed,
+                first,
+                first + zeroed,
+                f", deleted segments {deleted}" if deleted else "",
+            )
+
+
+def _default_consume_queue(root: str, config: StoreConfig) -> ConsumeQueueLike:
+    from txmq.store.consume_queue import ConsumeQueueStore
+
+    return ConsumeQueueStore(root, config.consume_queue_entries_per_file)
+
+
+def _default_key_index(root: str, config: StoreConfig) -> KeyIndexLike:
+    from txmq.store.key_index import KeyIndex
+
+    return KeyIndex(root, slot_count=config.max_hash_slot_num, max_entries=config.max_index_num)
