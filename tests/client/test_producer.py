@@ -11,6 +11,7 @@ import pytest
 from client_fakes import FakeBroker, wait_until
 
 from txmq.client import Message, MessageQueue, Producer, SendStatus
+from txmq.client.api import send_v2_ext
 from txmq.clock import FakeClock
 from txmq.errors import MQBrokerError, MQClientError, NoRouteError, RequestTimeoutError
 from txmq.protocol.codes import RequestCode, ResponseCode
@@ -20,6 +21,27 @@ from txmq.protocol.record import Prop, decode_batch, decode_properties
 
 MakeBroker = Callable[..., Awaitable[FakeBroker]]
 RW = 6
+
+
+@pytest.mark.parametrize("batch", [False, True])
+@pytest.mark.parametrize("max_reconsume", [None, 16])
+def test_direct_v2_ext_equals_the_typed_header(batch: bool, max_reconsume: int | None) -> None:
+    typed = SendMessageRequestHeader(
+        producerGroup="PG",
+        topic="T",
+        defaultTopic="TBW102",
+        defaultTopicQueueNums=4,
+        queueId=3,
+        sysFlag=1,
+        bornTimestamp=1700,
+        flag=9,
+        properties="A\x01b",
+        reconsumeTimes=2,
+        unitMode=False,
+        maxReconsumeTimes=max_reconsume,
+        batch=batch,
+    ).to_v2_ext()
+    assert send_v2_ext("PG", "T", 4, 3, 1, 1700, 9, "A\x01b", 2, max_reconsume, batch) == typed
 
 
 def sends(broker: FakeBroker) -> list[RemotingCommand]:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from txmq.client.api import send_v2_ext
 from txmq.client.config import ClientConfig
 from txmq.client.instance import ClientInstance, acquire_instance
 from txmq.client.message import (
@@ -20,7 +21,6 @@ from txmq.client.message import (
 )
 from txmq.client.selection import RETRYABLE_SEND_CODES, QueueRoundRobin, QueueSelector, select_by_hash
 from txmq.errors import MQBrokerError, MQClientError, RemotingError, RequestTimeoutError
-from txmq.protocol.headers import SendMessageRequestHeader
 from txmq.protocol.record import BatchEntry, Prop, SysFlag, UniqKeyGenerator, encode_batch, encode_properties
 
 log = logging.getLogger("txmq.client")
@@ -398,23 +398,21 @@ class Producer:
                     body = packed
                     sys_flag |= SysFlag.COMPRESSED
             properties = encode_properties(msg.properties)
-        header = SendMessageRequestHeader(
-            producerGroup=self.group,
-            topic=msg.topic,
-            defaultTopic=DEFAULT_TOPIC,
-            defaultTopicQueueNums=self.default_topic_queue_nums,
-            queueId=mq.queue_id,
-            sysFlag=sys_flag,
-            bornTimestamp=self.instance.clock.now_ms(),
-            flag=msg.flag,
-            properties=properties,
-            reconsumeTimes=reconsume_times or 0,
-            unitMode=False,
-            maxReconsumeTimes=max_reconsume_times,
-            batch=batch_body is not None,
+        ext = send_v2_ext(
+            self.group,
+            msg.topic,
+            self.default_topic_queue_nums,
+            mq.queue_id,
+            sys_flag,
+            self.instance.clock.now_ms(),
+            msg.flag,
+            properties,
+            reconsume_times or 0,
+            max_reconsume_times,
+            batch_body is not None,
         )
         return await self.instance.api.send_message(
-            addr, mq.broker_name, header, body, timeout, uniq_key=uniq_key, oneway=oneway
+            addr, mq, ext, body, timeout, uniq_key=uniq_key, batch=batch_body is not None, oneway=oneway
         )
 
     async def _send_retry_copy(

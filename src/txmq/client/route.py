@@ -58,6 +58,7 @@ class TopicRoute:
     queue_datas: list[QueueData] = field(default_factory=list)
     broker_datas: list[BrokerData] = field(default_factory=list)
     order_topic_conf: str | None = None
+    _publish: list[MessageQueue] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def parse(cls, topic: str, body: bytes) -> TopicRoute:
@@ -139,8 +140,14 @@ class TopicRoute:
     def publish_queues(self) -> list[MessageQueue]:
         """Writable queues on brokers that have a master, in (broker name, queue id) order.
 
-        An ``orderTopicConf`` (``"broker-a:4;broker-b:4"``) fixes the queues of an ordered topic.
+        An ``orderTopicConf`` (``"broker-a:4;broker-b:4"``) fixes the queues of an ordered topic. Computed once
+        (every send asks); a route object is replaced, never edited, when the name server's answer changes.
         """
+        if self._publish is None:
+            self._publish = self._compute_publish_queues()
+        return list(self._publish)  # a copy: selectors may do what they like with it
+
+    def _compute_publish_queues(self) -> list[MessageQueue]:
         if self.order_topic_conf:
             out = []
             for item in self.order_topic_conf.split(";"):
