@@ -76,6 +76,13 @@ async def test_send_v2_wire_format_and_result(namesrv: str, make_broker: MakeBro
     assert result.offset_msg_id.startswith("7F000001") and result.region_id == "DefaultRegion"
 
 
+async def test_half_messages_carry_the_prepared_sys_flag(namesrv: str, make_broker: MakeBroker) -> None:
+    broker = await make_broker("broker-a", {"T": (1, 1, RW)})
+    async with Producer("PG", namesrv) as producer:
+        await producer.send(Message("T", b"half", properties={Prop.TRAN_MSG: "true", Prop.PGROUP: "PG"}))
+    assert int(sends(broker)[0].ext_fields["f"]) & 0x4
+
+
 async def test_round_robin_spreads_over_brokers_and_queues(namesrv: str, make_broker: MakeBroker) -> None:
     a = await make_broker("broker-a", {"T": (2, 2, RW)})
     b = await make_broker("broker-b", {"T": (2, 2, RW)})

@@ -290,3 +290,31 @@ async def test_start_needs_a_listener_and_a_subscription(namesrv: str) -> None:
         await consumer.start()
     with pytest.raises(MQClientError):
         consumer.subscribe("bad topic!")
+
+
+async def test_orderly_waits_for_the_broker_lock_and_renews_it(namesrv: str, make_broker: MakeBroker) -> None:
+    clock = FakeClock()
+    broker = await make_broker("broker-a", {"T": (1, 1, RW), RETRY: (1, 1, RW)})
+    broker.stored_offsets = {("T", 0): 0, (RETRY, 0): 0}
+    granted: set[tuple[str, int]] = set()
+
+    def lock(_conn: object, cmd: RemotingCommand) -> RemotingCommand:
+        asked = orjson.loads(cmd.body)["mqSet"]
+        ok = [m for m in asked if (m["topic"], m["queueId"]) in granted]
+        return cmd.response(body=orjson.dumps({"lockOKMQSet": ok}))
+
+    broker.handlers[RequestCode.LOCK_BATCH_MQ] = lock
+    consumer = PushConsumer("G", namesrv, instance_name="c5", clock=clock)
+    consumer.subscribe("T")
+    consumer.register_listener(lambda msgs: ConsumeOrderlyStatus.SUCCESS, orderly=True)
+    broker.consumer_ids = [consumer.config.client_id]
+    async with consumer:
+        assert consumer.assigned_queues() == []  # another consumer still holds the locks
+        assert not broker.of_code(RequestCode.PULL_MESSAGE)
+        granted |= {("T", 0), (RETRY, 0)}
+        await clock.advance(20)  # the next rebalance locks and starts pulling
+        await wait_until(lambda: len(consumer.assigned_queues()) == 2, what="both queues locked")
+        await wait_until(lambda: pulls(broker, "T"), what="a pull after the lock")
+        locks_before = len(broker.of_code(RequestCode.LOCK_BATCH_MQ))
+        await clock.advance(20)  # the 20 s re-lock (and a rebalance) renew the locks
+        await wait_until(lambda: len(broker.of_code(RequestCode.LOCK_BATCH_MQ)) > locks_before, what="a re-lock")

@@ -57,7 +57,11 @@ def local_ip(towards: str | None = None) -> str:
 
 @dataclass(slots=True)
 class ClientConfig:
-    """What identifies a client process to the cluster and how often it talks to it."""
+    """What identifies a client process to the cluster and how often it talks to it.
+
+    Clients with the same name servers, client id and access key share one ClientInstance; its timers, clock
+    and signer come from the first of them.
+    """
 
     namesrv_addrs: tuple[str, ...]
     instance_name: str = field(default_factory=lambda: _PROCESS_INSTANCE_NAME)

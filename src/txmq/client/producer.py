@@ -398,6 +398,9 @@ class Producer:
                     body = packed
                     sys_flag |= SysFlag.COMPRESSED
             properties = encode_properties(msg.properties)
+            if msg.properties.get(Prop.TRAN_MSG) == "true":
+                # A half message: brokers route it to the transaction half topic (Java sets this bit the same way).
+                sys_flag |= SysFlag.TRANSACTION_PREPARED
         ext = send_v2_ext(
             self.group,
             msg.topic,
