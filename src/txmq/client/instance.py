@@ -71,10 +71,7 @@ class ClientInstance:
         self.client_id = config.client_id
         self.api = MQClientAPI(self)
         self._routes: dict[str, TopicRoute] = {}
-        # Topics whose cached route is TBW102's stand-in; the periodic refresh replaces it once the topic exists.
-        self._default_routes: set[str] = set()
         self._broker_addrs: dict[str, dict[int, str]] = {}
-        self._broker_versions: dict[str, int] = {}
         self._conns: dict[str, Connection] = {}
         self._conn_locks: dict[str, asyncio.Lock] = {}
         self._namesrv_index = 0
@@ -92,6 +89,7 @@ class ClientInstance:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._closed = False
+        self._closing = False
         self._inner_producer: Any = None
         self._side_tasks: set[asyncio.Future[Any]] = set()
         self._refreshing: set[str] = set()
@@ -125,14 +123,15 @@ class ClientInstance:
             await self.shutdown()
 
     async def shutdown(self) -> None:
-        if self._closed:
+        if self._closed or self._closing:
             return
-        self._closed = True
+        self._closing = True
         if self._key is not None and _INSTANCES.get(self._key) is self:
-            del _INSTANCES[self._key]
+            del _INSTANCES[self._key]  # new clients get a fresh instance from here on
         if self._inner_producer is not None:
             producer, self._inner_producer = self._inner_producer, None
-            await producer.shutdown()
+            await producer.shutdown()  # while connections still work, so its UNREGISTER_CLIENT goes out
+        self._closed = True
         tasks = [*self._tasks, *self._side_tasks]
         for task in tasks:
             task.cancel()
@@ -146,7 +145,7 @@ class ClientInstance:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._closed or self._closing
 
     async def _every(self, interval: float, job: Callable[[], Awaitable[Any]]) -> None:
         while True:
@@ -307,7 +306,6 @@ class ClientInstance:
         """Fetch ``topic``'s route from the name server and cache it. Raises NoRouteError if there is none."""
         route = await self.api.get_topic_route(topic, self.config.request_timeout)
         self._store_route(topic, route)
-        self._default_routes.discard(topic)
         return route
 
     def _store_route(self, topic: str, route: TopicRoute) -> None:
@@ -349,17 +347,6 @@ class ClientInstance:
 
         self._background(refresh(), f"route refresh of {topic}")
 
-    async def get_route(self, topic: str) -> TopicRoute:
-        """The cached route, fetched on first use."""
-        route = self._routes.get(topic)
-        if route is not None:
-            return route
-        async with self._route_lock:
-            route = self._routes.get(topic)
-            if route is not None:
-                return route
-            return await self.update_route(topic)
-
     async def get_publish_route(self, topic: str, default_queue_nums: int, auto_create: bool = True) -> TopicRoute:
         """The route to send ``topic`` to; an unknown topic borrows TBW102's brokers so the broker creates it."""
         route = self._routes.get(topic)
@@ -381,8 +368,8 @@ class ClientInstance:
             route = template.as_topic(topic, default_queue_nums)
             if not route.publish_queues():
                 raise NoRouteError(topic, "the TBW102 template has no writable queues")
+            # Cached like a real route; the periodic refresh replaces it once the broker has created the topic.
             self._store_route(topic, route)
-            self._default_routes.add(topic)
             log.info("no route for %s yet; sending through the auto-create template's brokers", topic)
             return route
 
@@ -406,10 +393,7 @@ class ClientInstance:
         self._clean_offline_brokers()
 
     def _clean_offline_brokers(self) -> None:
-        live: dict[str, set[int]] = {}
-        for route in self._routes.values():
-            for b in route.broker_datas:
-                live.setdefault(b.broker_name, set()).update(b.broker_addrs)
+        live = {b.broker_name for route in self._routes.values() for b in route.broker_datas}
         for name in list(self._broker_addrs):
             if name not in live:
                 del self._broker_addrs[name]
@@ -464,7 +448,7 @@ class ClientInstance:
 
             async def one(addr: str) -> None:
                 try:
-                    self._broker_versions[addr] = await self.api.heartbeat(addr, body, self.config.request_timeout)
+                    await self.api.heartbeat(addr, body, self.config.request_timeout)
                 except (RemotingError, MQClientError) as exc:
                     log.warning("heartbeat to %s failed: %s", addr, exc)
 

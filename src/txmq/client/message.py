@@ -18,7 +18,6 @@ from txmq.protocol.record import MessageRecord, Prop, SysFlag
 log = logging.getLogger("txmq.client")
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 DEFAULT_TOPIC = "TBW102"  # the broker's auto-create template topic
 
 # Compression type bits of sysFlag (mask 0x700); type 0 with COMPRESSED set is zlib (older Java, C++).
@@ -56,10 +55,6 @@ SYSTEM_PROPERTIES = frozenset(
 
 def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_GROUP_TOPIC_PREFIX + group
 
 
 class MessageQueue(NamedTuple):

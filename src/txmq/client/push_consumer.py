@@ -692,11 +692,15 @@ class PushConsumer:
         limit = self.max_reconsume_times
         return 0x7FFFFFFF if limit < 0 else limit
 
-    async def _resend_to_retry_topic(self, msg: MessageExt) -> None:
+    def _retry_copy(self, msg: MessageExt) -> Message:
+        """A copy of ``msg`` for ``%RETRY%<group>`` that remembers its original topic and first id."""
         props = {k: v for k, v in msg.properties.items() if k not in _CONSUMER_SIDE_PROPS}
         props.setdefault(Prop.RETRY_TOPIC, msg.topic)
         props.setdefault(Prop.ORIGIN_MESSAGE_ID, msg.msg_id)
-        copy = Message(retry_topic(self.group), msg.body or b" ", properties=props, flag=msg.flag)
+        return Message(retry_topic(self.group), msg.body or b" ", properties=props, flag=msg.flag)
+
+    async def _resend_to_retry_topic(self, msg: MessageExt) -> None:
+        copy = self._retry_copy(msg)
         # The broker's delay for the n-th retry is level 3 + n (10 s, 30 s, 1 m, ...), as it would pick itself.
         copy.delay_level = 3 + msg.reconsume_times
         producer = await self.instance.inner_producer()
@@ -755,12 +759,9 @@ class PushConsumer:
             return False
         for m in msgs:
             try:
-                props = {k: v for k, v in m.properties.items() if k not in _CONSUMER_SIDE_PROPS}
-                props.setdefault(Prop.RETRY_TOPIC, m.topic)
-                copy = Message(retry_topic(self.group), m.body or b" ", properties=props, flag=m.flag)
                 producer = await self.instance.inner_producer()
                 # reconsume_times at the limit makes the broker route it to %DLQ%<group> (wire §2.3 step 5).
-                await producer._send_retry_copy(copy, limit, limit)
+                await producer._send_retry_copy(self._retry_copy(m), limit, limit)
             except (RemotingError, MQClientError) as exc:
                 log.warning("moving %s of %s to the DLQ failed: %s; suspending instead", m.msg_id, mq, exc)
                 return False
