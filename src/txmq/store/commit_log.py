@@ -106,6 +106,13 @@ class CommitLog:
             else:
                 log.warning("commit log: ignoring unexpected file %s", path)
         starts.sort()
+        if len(starts) > 1:
+            first_size = os.path.getsize(os.path.join(self.directory, segment_name(starts[0])))
+            if first_size != self.segment_size:
+                raise CorruptStoreError(
+                    f"commit-log segment {segment_name(starts[0])} is {first_size} bytes but "
+                    f"mappedFileSizeCommitLog is {self.segment_size}; was the segment size changed?"
+                )
         segments: list[Segment] = []
         for i, start in enumerate(starts):
             path = os.path.join(self.directory, segment_name(start))

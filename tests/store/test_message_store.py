@@ -1,0 +1,429 @@
+"""The append pipeline: results, offsets, group commit, SYNC/ASYNC visibility, hooks, validation, stats, reads."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from helpers_store import SEGMENT, make_record, small_config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from txmq.clock import FakeClock
+from txmq.errors import StoreClosedError
+from txmq.protocol.record import (
+    MAX_PROPERTIES_BYTES,
+    MessageRecord,
+    TransactionType,
+    decode_record,
+    decode_records,
+    encode_offset_msg_id,
+    encode_record,
+    tags_code,
+)
+from txmq.store.config import FlushDiskType, StoreConfig
+from txmq.store.entry import SCHEDULE_TOPIC, encode_entry
+from txmq.store.message_store import GetStatus, MessageStore, PutStatus
+
+MakeStore = Callable[..., MessageStore]
+
+
+class GatedFlush:
+    """Stands in for the disk's fdatasync so a test can hold the writer inside it; still really syncs."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.calls = 0
+        store.commit_log.flush = self  # type: ignore[method-assign]
+
+    def __call__(self, seg: Any) -> None:
+        self.calls += 1
+        self.entered.set()
+        self.release.wait(30)
+        os.fdatasync(seg.fd)
+
+    async def wait_entered(self) -> None:
+        assert await asyncio.to_thread(self.entered.wait, 30)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# encoding
+
+
+records = st.builds(
+    make_record,
+    topic=st.text(alphabet="abcXYZ_-%|09", min_size=1, max_size=127),
+    queue_id=st.integers(0, 1023),
+    body=st.binary(max_size=600),
+    tags=st.one_of(st.none(), st.text(min_size=1, max_size=10)),
+    keys=st.one_of(st.none(), st.text(alphabet="abc 12", min_size=1, max_size=20)),
+    uniq=st.one_of(st.none(), st.text(alphabet="0123456789ABCDEF", min_size=32, max_size=32)),
+    sys_flag=st.sampled_from([0, 0x4, 0x8, 0xC, 0x1, 0x2]),
+)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(records, st.sampled_from([("10.0.0.1", 1), ("::1", 2), ("::ffff:1.2.3.4", 3)]))
+def test_fast_encoder_writes_exactly_the_record_layer_bytes(rec: MessageRecord, born: tuple[str, int]) -> None:
+    rec.born_host = born
+    entry = encode_entry(rec, 4 << 20, [])
+    buf, topic, qid, key, sys_flag, needs_cq, code, keys, uniq, delay, _ts_pos, host = entry
+    assert bytes(buf) == bytes(encode_record(rec))
+    assert (topic, qid, key, host, delay) == (rec.topic, rec.queue_id, (rec.topic, rec.queue_id), rec.store_host, 0)
+    assert needs_cq == (rec.transaction_type in (TransactionType.NOT_TYPE, TransactionType.COMMIT))
+    assert code == tags_code(rec.tags)
+    assert (keys, uniq) == (rec.properties.get("KEYS"), rec.properties.get("UNIQ_KEY"))
+    assert decode_record(buf).sys_flag == sys_flag
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# puts
+
+
+async def test_put_assigns_dense_queue_offsets_and_increasing_physical_offsets(
+    store: MessageStore, clock: FakeClock
+) -> None:
+    results = [await store.put(make_record("T", i % 3, b"x" * (10 + i))) for i in range(30)]
+    assert all(r.status is PutStatus.PUT_OK for r in results)
+    for qid in range(3):
+        assert [r.queue_offset for r in results[qid::3]] == list(range(10))
+    assert [r.physical_offset for r in results] == sorted(r.physical_offset for r in results)
+    for r in results:
+        rec = decode_record(store.read_record(r.physical_offset))
+        assert (rec.physical_offset, rec.queue_offset, rec.store_timestamp) == (
+            r.physical_offset,
+            r.queue_offset,
+            clock.now_ms(),
+        )
+        assert r.size == rec.store_size
+        assert r.msg_id == encode_offset_msg_id(("10.9.8.7", 10911), r.physical_offset)
+    assert [store.max_offset("T", q) for q in range(3)] == [10, 10, 10]
+
+
+async def test_store_time_comes_from_the_injected_clock(store: MessageStore, clock: FakeClock) -> None:
+    first = await store.put(make_record())
+    await clock.advance(3600)
+    second = await store.put(make_record())
+    assert second.store_timestamp - first.store_timestamp == 3_600_000
+    assert decode_record(store.read_record(second.physical_offset)).store_timestamp == second.store_timestamp
+
+
+async def test_prepared_and_rollback_records_get_no_queue_entry_commit_records_do(store: MessageStore) -> None:
+    half = await store.put(make_record("T", 0, b"half", sys_flag=TransactionType.PREPARED))
+    rollback = await store.put(make_record("T", 0, b"rb", sys_flag=TransactionType.ROLLBACK))
+    commit = await store.put(make_record("T", 0, b"commit", sys_flag=TransactionType.COMMIT))
+    plain = await store.put(make_record("T", 0, b"plain"))
+    assert (half.queue_offset, rollback.queue_offset) == (0, 0)
+    assert (commit.queue_offset, plain.queue_offset) == (0, 1)
+    assert store.max_offset("T", 0) == 2
+    assert [e[0] for e in store.read_consume_queue("T", 0, 0, 10)] == [commit.physical_offset, plain.physical_offset]
+    assert decode_record(store.read_record(half.physical_offset)).body == b"half"
+
+
+async def test_put_many_is_one_request_with_consecutive_offsets(store: MessageStore) -> None:
+    await store.put(make_record("B", 1))
+    results = await store.put_many([make_record("B", 1, f"m{i}".encode()) for i in range(20)])
+    assert [r.queue_offset for r in results] == list(range(1, 21))
+    assert all(b.physical_offset == a.physical_offset + a.size for a, b in itertools.pairwise(results))
+    assert store.statistics.put_requests == 2 and store.statistics.put_messages == 21
+
+
+async def test_put_many_is_refused_as_a_whole_when_one_record_is_invalid(store: MessageStore) -> None:
+    good = [make_record("B", 0, b"ok") for _ in range(3)]
+    bad = make_record("B", 0, b"x" * (store.config.max_message_size + 1))
+    results = await store.put_many([*good, bad, *good])
+    assert {r.status for r in results} == {PutStatus.MESSAGE_ILLEGAL}
+    assert "record 3 of 7" in (results[0].remark or "")
+    assert store.max_offset("B", 0) == 0 and store.max_physical_offset() == 0
+
+
+@pytest.mark.parametrize(
+    ("record", "status", "remark"),
+    [
+        (make_record("T" * 128), PutStatus.MESSAGE_ILLEGAL, "topic"),
+        (make_record("T", body=b"x" * (4 * 1024 * 1024 + 1)), PutStatus.MESSAGE_ILLEGAL, "maxMessageSize"),
+        (make_record("T", big="v" * MAX_PROPERTIES_BYTES), PutStatus.PROPERTIES_SIZE_EXCEEDED, "properties"),
+        (make_record("T", body=b"x" * SEGMENT), PutStatus.MESSAGE_ILLEGAL, "segment"),
+    ],
+)
+async def test_invalid_records_are_refused_before_the_pipeline(
+    store: MessageStore, record: MessageRecord, status: PutStatus, remark: str
+) -> None:
+    result = await store.put(record)
+    assert result.status is status and not result.ok
+    assert remark in (result.remark or "")
+    assert store.max_physical_offset() == 0 and store.statistics.put_messages == 0
+    with pytest.raises(Exception, match="no offsetMsgId"):
+        _ = result.msg_id
+
+
+async def test_records_roll_over_segments_with_an_end_of_file_blank(store: MessageStore) -> None:
+    bodies = [os.urandom(3000 + i * 7) for i in range(60)]  # ~190 KiB: three 64 KiB segments
+    results = [await store.put(make_record("R", 0, b)) for b in bodies]
+    segs = store.commit_log.segments
+    assert len(segs) >= 3
+    assert [os.path.basename(s.path) for s in segs] == [f"{i * SEGMENT:020d}" for i in range(len(segs))]
+    assert all(os.path.getsize(s.path) == SEGMENT for s in segs)
+    for r in results:  # no record straddles a segment end, and each leaves room for the 8-byte blank
+        assert r.physical_offset // SEGMENT == (r.physical_offset + r.size + 7) // SEGMENT
+    for a, b in itertools.pairwise(results):
+        if b.physical_offset // SEGMENT != a.physical_offset // SEGMENT:
+            end = a.physical_offset + a.size
+            blank = store.commit_log.read(end, 8)
+            assert int.from_bytes(blank[:4], "big") == b.physical_offset - end
+            assert blank[4:] == bytes.fromhex("CBD43194")
+            assert b.physical_offset % SEGMENT == 0
+    got = store.get_messages("R", 0, 0, max_count=100, max_bytes=1 << 30)
+    assert [r.body for r in decode_records(got.body)] == bodies
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# group commit and visibility
+
+
+async def test_sync_put_is_acknowledged_and_visible_only_after_fdatasync(store: MessageStore) -> None:
+    gate = GatedFlush(store)
+    seen: list[tuple[str, int, int]] = []
+    store.on_new_messages(lambda t, q, m: seen.append((t, q, m)))
+    task = asyncio.create_task(store.put(make_record("V", 0, b"first")))
+    await gate.wait_entered()
+    # The writer is inside fdatasync: the entry is dispatched to the consume queue but not visible yet.
+    assert store.consume_queue.max_offset("V", 0) == 1
+    assert store.max_offset("V", 0) == 0
+    assert store.read_consume_queue("V", 0, 0, 10) == []
+    assert store.get_messages("V", 0, 0).status is GetStatus.NO_MESSAGE_IN_QUEUE
+    assert store.max_physical_offset() == 0
+    assert not task.done() and seen == []
+    gate.release.set()
+    result = await task
+    assert result.ok and store.max_offset("V", 0) == 1
+    assert seen == [("V", 0, 1)]
+
+
+async def test_everything_waiting_during_a_flush_shares_the_next_fdatasync(store: MessageStore) -> None:
+    gate = GatedFlush(store)
+    first = asyncio.create_task(store.put(make_record("G", 0)))
+    await gate.wait_entered()
+    waiting = [asyncio.create_task(store.put(make_record("G", i % 4, f"{i}".encode()))) for i in range(50)]
+    for _ in range(5):
+        await asyncio.sleep(0)  # let every task hand its record over (one hand-over per loop turn)
+    gate.release.set()
+    results = await asyncio.gather(first, *waiting)
+    assert all(r.ok for r in results)
+    assert gate.calls == 2  # one fdatasync for the first put, one for the fifty that waited
+    stats = store.statistics
+    assert stats.flushes == 2 and stats.groups == 2 and stats.put_messages == 51
+    assert stats.group_messages.max == 50
+
+
+async def test_async_flush_acknowledges_after_the_write_and_syncs_later(make_store: MakeStore) -> None:
+    store = make_store(flush_disk_type=FlushDiskType.ASYNC_FLUSH, flush_interval_commit_log=3_600_000)
+    results = [await store.put(make_record("A", 0, b"x" * 100)) for _ in range(5)]
+    assert all(r.ok for r in results)
+    end = results[-1].physical_offset + results[-1].size
+    assert store.max_offset("A", 0) == 5 and store.max_physical_offset() == end
+    assert store.flushed_physical_offset() == 0  # acknowledged, visible, not yet synced
+    assert store.statistics.flushes == 0
+    store.flush()
+    assert store.flushed_physical_offset() == end and store.statistics.flushes == 1
+
+
+async def test_async_flusher_runs_on_its_interval(make_store: MakeStore) -> None:
+    store = make_store(flush_disk_type=FlushDiskType.ASYNC_FLUSH, flush_interval_commit_log=5)
+    r = await store.put(make_record())
+    for _ in range(500):
+        if store.flushed_physical_offset() == r.physical_offset + r.size:
+            break
+        await asyncio.sleep(0.01)
+    assert store.flushed_physical_offset() == r.physical_offset + r.size
+
+
+async def test_new_message_hook_gets_one_call_per_queue_per_group_with_the_max(store: MessageStore) -> None:
+    calls: list[tuple[str, int, int]] = []
+    store.on_new_messages(lambda t, q, m: calls.append((t, q, m)))
+    await store.put_many([make_record("H", 0), make_record("H", 0), make_record("H", 2)])
+    assert sorted(calls) == [("H", 0, 2), ("H", 2, 1)]
+    calls.clear()
+    await store.put(make_record("H", 0, sys_flag=TransactionType.PREPARED))
+    assert calls == []  # a half message makes nothing visible
+
+
+async def test_put_sync_from_threads_and_puts_from_two_event_loops(store: MessageStore) -> None:
+    def blocking(n: int) -> list[int]:
+        return [store.put_sync(make_record("S", 0, f"t{n}-{i}".encode())).queue_offset for i in range(20)]
+
+    def other_loop() -> list[int]:
+        async def run() -> list[int]:
+            rs = await asyncio.gather(*(store.put(make_record("S", 0, b"loop2")) for _ in range(20)))
+            return [r.queue_offset for r in rs]
+
+        return asyncio.run(run())
+
+    here = asyncio.gather(*(store.put(make_record("S", 0, b"loop1")) for _ in range(20)))
+    threads = await asyncio.gather(
+        asyncio.to_thread(blocking, 1), asyncio.to_thread(blocking, 2), asyncio.to_thread(other_loop)
+    )
+    mine = [r.queue_offset for r in await here]
+    offsets = sorted(mine + [o for t in threads for o in t])
+    assert offsets == list(range(80))
+    assert store.max_offset("S", 0) == 80
+
+
+async def test_schedule_topic_tags_code_is_the_delivery_time(store: MessageStore, clock: FakeClock) -> None:
+    rec = make_record(SCHEDULE_TOPIC, 2, DELAY="3", REAL_TOPIC="T")
+    r = await store.put(rec)
+    [(phys, size, code)] = store.read_consume_queue(SCHEDULE_TOPIC, 2, 0, 1)
+    assert (phys, size) == (r.physical_offset, r.size)
+    assert code == clock.now_ms() + 10_000  # level 3 is 10s in the default messageDelayLevel
+
+
+async def test_put_raw_stores_a_pre_encoded_record_with_new_offsets(store: MessageStore) -> None:
+    await store.put(make_record("W", 0))
+    raw = encode_record(make_record("W", 0, b"raw body", tags="TagA"))
+    r = await store.put_raw(raw, store_host=("1.2.3.4", 9))
+    assert r.ok and r.queue_offset == 1 and r.msg_id.startswith("01020304")
+    rec = decode_record(store.read_record(r.physical_offset))
+    assert (rec.body, rec.queue_offset, rec.physical_offset) == (b"raw body", 1, r.physical_offset)
+    assert store.read_consume_queue("W", 0, 1, 1)[0][2] == tags_code("TagA")
+    assert (await store.put_raw(b"garbage" * 20)).status is PutStatus.MESSAGE_ILLEGAL
+
+
+async def test_stats_count_puts_bytes_flushes_and_topics(store: MessageStore) -> None:
+    sizes = [(await store.put(make_record("X" if i % 2 else "Y", 0, b"b" * i))).size for i in range(10)]
+    snap = store.stats()
+    assert snap["put_messages"] == 10 and snap["put_bytes"] == sum(sizes)
+    assert snap["flushes"] == 10 and snap["groups"] == 10
+    assert snap["topic_puts"] == {"X": 5, "Y": 5}
+    latency = snap["flush_latency_us"]
+    assert latency["count"] == 10 and latency["p99"] >= latency["p50"] >= 0 and latency["max"] >= latency["p99"]
+    assert snap["commit_log_max_offset"] == snap["commit_log_flushed_offset"] == sum(sizes)
+
+
+async def test_a_failed_fdatasync_stops_the_pipeline_until_reopen(make_store: MakeStore, tmp_path: Any) -> None:
+    store = make_store()
+    ok = await store.put(make_record("F", 0, b"before"))
+
+    def broken(seg: Any) -> None:
+        raise OSError(5, "Input/output error")
+
+    store.commit_log.flush = broken  # type: ignore[method-assign]
+    failed = await store.put(make_record("F", 0, b"lost"))
+    assert failed.status is PutStatus.SERVICE_NOT_AVAILABLE and "Input/output error" in (failed.remark or "")
+    later = await store.put(make_record("F", 0, b"refused"))
+    assert later.status is PutStatus.SERVICE_NOT_AVAILABLE
+    assert store.max_offset("F", 0) == 1  # the failed group never became visible
+    await store.close()
+    reopened = make_store()
+    assert reopened.recovery.mode == "crash"  # the abort marker stayed: the next open verifies the log
+    assert decode_record(reopened.read_record(ok.physical_offset)).body == b"before"
+    assert (await reopened.put(make_record("F", 0, b"after"))).ok
+
+
+async def test_a_closed_store_refuses_puts_and_reads(make_store: MakeStore) -> None:
+    store = make_store()
+    r = await store.put(make_record())
+    await store.close()
+    assert (await store.put(make_record())).status is PutStatus.SERVICE_NOT_AVAILABLE
+    assert store.put_sync(make_record()).status is PutStatus.SERVICE_NOT_AVAILABLE
+    with pytest.raises(StoreClosedError):
+        store.read_record(r.physical_offset)
+    await store.close()  # idempotent
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reads
+
+
+async def test_get_messages_statuses_and_next_offsets(store: MessageStore) -> None:
+    assert store.get_messages("Q", 0, 0).status is GetStatus.NO_MESSAGE_IN_QUEUE
+    records = [make_record("Q", 0, f"m{i}".encode(), tags="a" if i % 2 else "b") for i in range(10)]
+    results = await store.put_many(records)
+    got = store.get_messages("Q", 0, 2, max_count=3)
+    assert (got.status, got.message_count, got.next_begin_offset) == (GetStatus.FOUND, 3, 5)
+    assert (got.min_offset, got.max_offset) == (0, 10)
+    expected = b"".join(store.read_record(r.physical_offset) for r in results[2:5])
+    assert got.body == expected and len(got.buffers) == 1  # neighbours are read as one run of stored bytes
+    assert store.get_messages("Q", 0, 10).status is GetStatus.OFFSET_OVERFLOW_ONE
+    overflow = store.get_messages("Q", 0, 15)
+    assert (overflow.status, overflow.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 0)
+    only_a = store.get_messages("Q", 0, 0, max_count=32, tags_codes={tags_code("a")})
+    assert [r.body for r in decode_records(only_a.body)] == [f"m{i}".encode() for i in range(1, 10, 2)]
+    assert only_a.next_begin_offset == 10
+    none = store.get_messages("Q", 0, 0, tags_codes={tags_code("zzz")})
+    assert (none.status, none.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, 10)
+    size = results[0].size
+    capped = store.get_messages("Q", 0, 0, max_count=32, max_bytes=size * 3 + 1)
+    assert capped.message_count == 3 and capped.total_size == 3 * size
+
+
+async def test_reads_by_physical_offset(store: MessageStore) -> None:
+    r = await store.put(make_record("P", 0, b"payload", tags="t", keys="k1 k2"))
+    raw = store.read_record(r.physical_offset)
+    assert raw == store.read_bytes(r.physical_offset, r.size) and len(raw) == r.size
+    msg = store.read_message(r.physical_offset)
+    assert (msg.body, msg.tags, msg.keys) == (b"payload", "t", ["k1", "k2"])
+    assert store.read_record(r.physical_offset + r.size) is None  # past the end
+    assert store.read_record(r.physical_offset + 3) is None  # not a record boundary
+    assert store.read_bytes(r.physical_offset, r.size + 1) is None
+
+
+async def test_search_by_timestamp_and_store_times(store: MessageStore, clock: FakeClock) -> None:
+    times = []
+    for i in range(10):
+        r = await store.put(make_record("TS", 0, f"{i}".encode()))
+        times.append(r.store_timestamp)
+        await clock.advance(10)
+    assert store.earliest_store_time("TS", 0) == times[0]
+    assert store.last_store_time("TS", 0) == times[-1]
+    assert store.store_time_at("TS", 0, 4) == times[4]
+    assert store.search_offset_by_timestamp("TS", 0, times[6]) == 6
+    assert store.search_offset_by_timestamp("TS", 0, times[6] + 4000) == 6
+    assert store.search_offset_by_timestamp("TS", 0, times[0] - 99_000) == 0
+    assert store.search_offset_by_timestamp("TS", 0, times[-1] + 99_000) == 9
+    assert store.earliest_message_time() == times[0]
+
+
+async def test_query_by_key_checks_topic_and_key(store: MessageStore) -> None:
+    a = await store.put(make_record("K", 0, b"a", keys="order-1 order-2", uniq="U1"))
+    b = await store.put(make_record("K", 1, b"b", keys="order-2", uniq="U2"))
+    await store.put(make_record("Other", 0, b"c", keys="order-2", uniq="U3"))
+    assert sorted(store.query_by_key("K", "order-2", 10)) == sorted([a.physical_offset, b.physical_offset])
+    assert store.query_by_key("K", "U1", 10) == [a.physical_offset]
+    assert store.query_by_key("K", "order-1", 10) == [a.physical_offset]
+    assert store.query_by_key("K", "U3", 10) == []
+    assert len(store.query_by_key("K", "order-2", 1)) == 1
+    assert store.query_by_key("K", "order-2", 10, a.store_timestamp + 1, a.store_timestamp + 2) == []
+    assert store.index_last_update_timestamp() == b.store_timestamp
+
+
+async def test_async_context_manager_and_config_keys(tmp_path: Any) -> None:
+    cfg = StoreConfig.from_properties(
+        {
+            "storePathRootDir": str(tmp_path / "s"),
+            "mappedFileSizeCommitLog": str(SEGMENT),
+            "flushDiskType": "ASYNC_FLUSH",
+            "brokerName": "ignored",
+            "maxHashSlotNum": "64",
+            "maxIndexNum": "256",
+        }
+    )
+    async with MessageStore(cfg) as store:
+        assert (await store.put(make_record())).ok
+        assert not store.config.sync_flush
+    assert not store.is_open
+    assert os.path.exists(tmp_path / "s" / "checkpoint") and not os.path.exists(tmp_path / "s" / "abort")
+
+
+def test_blocking_context_manager(tmp_path: Any) -> None:
+    with MessageStore(small_config(tmp_path / "s")) as store:
+        assert os.path.exists(tmp_path / "s" / "abort")
+        r = store.put_many_sync([make_record("C", 0), make_record("C", 0)])
+        assert [x.queue_offset for x in r] == [0, 1]
+    assert not os.path.exists(tmp_path / "s" / "abort")
