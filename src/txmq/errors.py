@@ -58,6 +58,10 @@ class ConnectionClosedError(RemotingError):
     """The connection closed before the response arrived."""
 
 
+class ConnectError(RemotingError):
+    """A connection could not be established (refused, unreachable, or timed out)."""
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Client (txmq.client)
 
