@@ -42,7 +42,7 @@ def fill(log: CommitLog, count: int, size: int = 700) -> list[tuple[int, int]]:
 
 def scan_all(log: CommitLog, start: int = 0) -> tuple[list[int], ScanResult]:
     res = ScanResult(start)
-    seen = [phys for _view, phys, _size in log.scan(start, result=res)]
+    seen = [fields[0] for fields in log.scan(start, result=res)]
     return seen, res
 
 

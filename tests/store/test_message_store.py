@@ -20,6 +20,7 @@ from txmq.protocol.record import (
     MAX_PROPERTIES_BYTES,
     MessageRecord,
     TransactionType,
+    decode_properties,
     decode_record,
     decode_records,
     encode_offset_msg_id,
@@ -27,7 +28,7 @@ from txmq.protocol.record import (
     tags_code,
 )
 from txmq.store.config import FlushDiskType, StoreConfig
-from txmq.store.entry import SCHEDULE_TOPIC, encode_entry
+from txmq.store.entry import SCHEDULE_TOPIC, encode_entry, property_value
 from txmq.store.message_store import GetStatus, MessageStore, PutStatus
 
 MakeStore = Callable[..., MessageStore]
@@ -81,6 +82,23 @@ def test_fast_encoder_writes_exactly_the_record_layer_bytes(rec: MessageRecord, 
     assert code == tags_code(rec.tags)
     assert (keys, uniq) == (rec.properties.get("KEYS"), rec.properties.get("UNIQ_KEY"))
     assert decode_record(buf).sys_flag == sys_flag
+
+
+prop_items = st.lists(
+    st.tuples(
+        st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "XTAGS", "", "T"]),
+        st.text(alphabet="ab\x01 ", max_size=4),
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=300)
+@given(prop_items, st.booleans())
+def test_property_value_agrees_with_decode_properties(items: list[tuple[str, str]], trailing: bool) -> None:
+    text = "\x02".join(f"{k}\x01{v}" for k, v in items) + ("\x02" if trailing else "")
+    for key in ("TAGS", "KEYS", "UNIQ_KEY"):
+        assert property_value(text, key) == decode_properties(text).get(key)
 
 
 # ---------------------------------------------------------------------------------------------------------------

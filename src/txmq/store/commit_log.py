@@ -36,6 +36,7 @@ _I64 = struct.Struct(">q")
 _U16 = struct.Struct(">H")
 _BORN_V6 = 0x10
 _STORE_V6 = 0x20
+_V6_HOSTS = _BORN_V6 | _STORE_V6
 _ZERO_CHUNK = bytes(1 << 20)
 
 
@@ -61,6 +62,10 @@ class Segment:
 
     def __repr__(self) -> str:
         return f"Segment({segment_name(self.start)})"
+
+
+# (phys, size, queue_id, queue_offset, sys_flag, store_timestamp, topic bytes, properties bytes)
+ScannedRecord = tuple[int, int, int, int, int, int, bytes, bytes]
 
 
 @dataclass(slots=True)
@@ -314,14 +319,21 @@ class CommitLog:
     # -- recovery ---------------------------------------------------------------------------------------------
 
     def scan(
-        self, start: int, *, check_crc: bool = True, result: ScanResult | None = None
-    ) -> Iterator[tuple[memoryview, int, int]]:
-        """Verify records from ``start`` (a record boundary) and yield ``(record view, phys, size)`` for each.
+        self,
+        start: int,
+        *,
+        check_crc: bool = True,
+        result: ScanResult | None = None,
+        yield_from: int = 0,
+    ) -> Iterator[ScannedRecord]:
+        """Verify records from ``start`` (a record boundary); yield the fields of those at or past ``yield_from``.
 
-        Stops at the first thing that is not a valid record: zeros (the normal end), a bad magic, an impossible size,
-        a PHYSICALOFFSET that disagrees with the position, field lengths that do not add up, or a body CRC mismatch.
-        ``result`` receives where and why it stopped. Blank fillers move the scan to the next segment. The yielded
-        views must not outlive the iteration.
+        Each yielded tuple is ``(phys, size, queue_id, queue_offset, sys_flag, store_timestamp, topic bytes,
+        properties bytes)``. The scan stops at the first thing that is not a valid record: zeros (the normal end),
+        a bad magic, an impossible size, a PHYSICALOFFSET that disagrees with the position, field lengths that do not
+        add up, or a body CRC mismatch; ``result`` receives where and why. Blank fillers lead to the next segment.
+        Records below ``yield_from`` are only verified, in a loop that stays out of the caller's way (recovery
+        speed is this loop's speed).
         """
         res = result if result is not None else ScanResult(start)
         res.start = res.end = start
@@ -335,55 +347,106 @@ class CommitLog:
             res.end = phys
             res.reason = "start is past the last segment"
             return
-        check = _check_record
-        while True:
-            seg = segs[idx]
-            base = seg.start
-            limit = seg.size
-            pos = phys - base
-            reason: str | None = None
-            next_segment = False
-            view = memoryview(seg.mm)
-            try:
-                while True:
-                    remaining = limit - pos
-                    if remaining < BLANK_HEADER_SIZE:
-                        reason = f"only {remaining} bytes left in the segment at {phys}"
-                        break
-                    size, magic = _SIZE_MAGIC.unpack_from(view, pos)
-                    if magic == MAGIC_CODE:
-                        reason = check(view, pos, phys, size, remaining, check_crc)
-                        if reason is not None:
+        head = _HEAD.unpack_from
+        size_magic = _SIZE_MAGIC.unpack_from
+        i32 = _I32.unpack_from
+        i64 = _I64.unpack_from
+        u16 = _U16.unpack_from
+        crc32 = zlib.crc32
+        records = 0
+        nbytes = 0
+        try:
+            while True:
+                seg = segs[idx]
+                base = seg.start
+                limit = seg.size
+                pos = phys - base
+                reason: str | None = None
+                next_segment = False
+                view = memoryview(seg.mm)
+                try:
+                    while True:
+                        remaining = limit - pos
+                        if remaining < BLANK_HEADER_SIZE:
+                            reason = f"only {remaining} bytes left in the segment at {phys}"
                             break
-                        res.records += 1
-                        res.bytes += size
-                        yield view[pos : pos + size], phys, size
-                        pos += size
-                        phys += size
-                    elif magic == BLANK_MAGIC_CODE:
-                        if size != remaining:
-                            reason = f"end-of-file blank at {phys} says {size} bytes but {remaining} are left"
+                        if remaining >= _HEAD.size:
+                            size, magic, crc, queue_id, _flag, queue_offset, rec_phys, sys_flag = head(view, pos)
                         else:
-                            next_segment = True
-                        break
-                    elif size == 0 and magic == 0:
-                        break
-                    else:
-                        reason = f"garbage header at {phys} (size {size}, magic 0x{magic:08X})"
-                        break
-            finally:
-                view.release()
-            if next_segment:
-                phys = base + limit
-                idx += 1
-                if idx < len(segs):
-                    continue
-                res.end, res.reason, res.clean_end = phys, "end of the last segment", True
+                            size, magic = size_magic(view, pos)
+                        if magic != MAGIC_CODE:
+                            if magic == BLANK_MAGIC_CODE:
+                                if size != remaining:
+                                    reason = f"end-of-file blank at {phys} says {size} bytes but {remaining} are left"
+                                else:
+                                    next_segment = True
+                            elif size != 0 or magic != 0:
+                                reason = f"garbage header at {phys} (size {size}, magic 0x{magic:08X})"
+                            break
+                        # The checks of txmq.protocol.record.decode_record, inlined: this runs once per record.
+                        if size < MIN_RECORD_SIZE or size + BLANK_HEADER_SIZE > remaining:
+                            reason = f"impossible record size {size} at {phys} ({remaining} bytes left in the segment)"
+                            break
+                        if rec_phys != phys:
+                            reason = f"record at {phys} says its PHYSICALOFFSET is {rec_phys}"
+                            break
+                        end = pos + size
+                        body_len_pos = (
+                            pos + 84 + (12 if sys_flag & _BORN_V6 else 0) + (12 if sys_flag & _STORE_V6 else 0)
+                        )
+                        if body_len_pos + 4 > end:
+                            reason = f"record at {phys}: hosts do not fit in TOTALSIZE {size}"
+                            break
+                        (body_len,) = i32(view, body_len_pos)
+                        body_start = body_len_pos + 4
+                        topic_len_pos = body_start + body_len
+                        if body_len < 0 or topic_len_pos + 1 > end:
+                            reason = f"record at {phys}: body length {body_len} does not fit in TOTALSIZE {size}"
+                            break
+                        topic_len = view[topic_len_pos]
+                        props_len_pos = topic_len_pos + 1 + topic_len
+                        if topic_len == 0 or topic_len > 127 or props_len_pos + 2 > end:
+                            reason = f"record at {phys}: topic length {topic_len} is invalid"
+                            break
+                        (props_len,) = u16(view, props_len_pos)
+                        if props_len_pos + 2 + props_len != end:
+                            reason = f"record at {phys}: field lengths do not add up to TOTALSIZE {size}"
+                            break
+                        if check_crc and crc32(view[body_start:topic_len_pos]) & 0x7FFFFFFF != crc:
+                            reason = f"body CRC mismatch in record at {phys}"
+                            break
+                        records += 1
+                        nbytes += size
+                        if phys >= yield_from:
+                            (store_ts,) = i64(view, pos + (68 if sys_flag & _BORN_V6 else 56))
+                            yield (
+                                phys,
+                                size,
+                                queue_id,
+                                queue_offset,
+                                sys_flag,
+                                store_ts,
+                                bytes(view[topic_len_pos + 1 : props_len_pos]),
+                                bytes(view[props_len_pos + 2 : end]),
+                            )
+                        pos = end
+                        phys += size
+                finally:
+                    view.release()
+                if next_segment:
+                    phys = base + limit
+                    idx += 1
+                    if idx < len(segs):
+                        continue
+                    res.end, res.reason, res.clean_end = phys, "end of the last segment", True
+                    return
+                res.end = phys
+                res.reason = reason or "end of data"
+                res.clean_end = reason is None
                 return
-            res.end = phys
-            res.reason = reason or "end of data"
-            res.clean_end = reason is None
-            return
+        finally:
+            res.records += records
+            res.bytes += nbytes
 
     def last_nonzero(self, seg: Segment, start_pos: int) -> int:
         """One past the last non-zero byte of ``seg`` at or after ``start_pos`` (``start_pos`` if all zero)."""
@@ -465,34 +528,6 @@ class CommitLog:
             self._set_segments(())
         for seg in segs:
             _close_segment(seg)
-
-
-def _check_record(view: memoryview, pos: int, phys: int, size: int, remaining: int, check_crc: bool) -> str | None:
-    """Why the message record at ``view[pos:]`` is not valid, or None when it is."""
-    if size < MIN_RECORD_SIZE or size + BLANK_HEADER_SIZE > remaining:
-        return f"impossible record size {size} at {phys} ({remaining} bytes left in the segment)"
-    _size, _magic, crc, _qid, _flag, _qoff, rec_phys, sys_flag = _HEAD.unpack_from(view, pos)
-    if rec_phys != phys:
-        return f"record at {phys} says its PHYSICALOFFSET is {rec_phys}"
-    body_len_pos = pos + 84 + (12 if sys_flag & _BORN_V6 else 0) + (12 if sys_flag & _STORE_V6 else 0)
-    end = pos + size
-    if body_len_pos + 4 > end:
-        return f"record at {phys}: hosts do not fit in TOTALSIZE {size}"
-    (body_len,) = _I32.unpack_from(view, body_len_pos)
-    body_start = body_len_pos + 4
-    topic_len_pos = body_start + body_len
-    if body_len < 0 or topic_len_pos + 1 > end:
-        return f"record at {phys}: body length {body_len} does not fit in TOTALSIZE {size}"
-    topic_len = view[topic_len_pos]
-    props_len_pos = topic_len_pos + 1 + topic_len
-    if topic_len == 0 or topic_len > 127 or props_len_pos + 2 > end:
-        return f"record at {phys}: topic length {topic_len} is invalid"
-    (props_len,) = _U16.unpack_from(view, props_len_pos)
-    if props_len_pos + 2 + props_len != end:
-        return f"record at {phys}: field lengths do not add up to TOTALSIZE {size}"
-    if check_crc and zlib.crc32(view[body_start:topic_len_pos]) & 0x7FFFFFFF != crc:
-        return f"body CRC mismatch in record at {phys}"
-    return None
 
 
 def blank_for(remaining: int) -> bytes:

@@ -22,6 +22,7 @@ from txmq.protocol.record import (
     decode_record,
     tags_code,
 )
+from txmq.store.dispatch import DispatchRequest
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
@@ -258,11 +259,66 @@ def entry_from_bytes(
     )
 
 
-def dispatch_fields(
-    record: memoryview | bytes, delay_levels_ms: list[int]
-) -> tuple[str, int, int, int, int, int, int, str | None, str | None]:
-    """``(topic, queue_id, queue_offset, store_timestamp, sys_flag, tags_code, body_len, keys, uniq_key)`` of a
-    verified record, for rebuilding consume queues and the index from the commit log."""
+def property_value(text: str, key: str) -> str | None:
+    """The value :func:`decode_properties` would give ``key`` in a properties string, without building the map.
+
+    Later duplicates win, a key counts only at the start of an item, and empty values are skipped.
+    """
+    marker = key + "\x01"
+    i = text.rfind(marker)
+    while i > 0 and text[i - 1] != "\x02":
+        i = text.rfind(marker, 0, i)
+    if i < 0:
+        return None
+    start = i + len(marker)
+    stop = text.find("\x02", start)
+    value = text[start:] if stop < 0 else text[start:stop]
+    if not value and i > 0:  # an empty value is dropped; an earlier occurrence may still count
+        return decode_properties(text).get(key)
+    return value or None
+
+
+_TOPICS: dict[bytes, str] = {}
+
+
+def dispatch_from_fields(
+    phys: int,
+    size: int,
+    queue_id: int,
+    queue_offset: int,
+    sys_flag: int,
+    store_ts: int,
+    topic_raw: bytes,
+    props_raw: bytes,
+    delay_levels_ms: list[int],
+) -> DispatchRequest:
+    """The DispatchRequest of a verified record (fields as :meth:`CommitLog.scan` yields them): what recovery
+    replays into the consume queues and the index."""
+    topic = _TOPICS.get(topic_raw)
+    if topic is None:
+        topic = topic_raw.decode("utf-8", "replace")
+        if len(_TOPICS) >= _CACHE_LIMIT:
+            _TOPICS.clear()
+        _TOPICS[topic_raw] = topic
+    keys = uniq = None
+    code = 0
+    if props_raw:
+        text = props_raw.decode("utf-8", "replace")
+        tags = property_value(text, "TAGS")
+        if tags:
+            code = _TAGS.get(tags) or cached_tags_code(tags)
+        keys = property_value(text, "KEYS")
+        uniq = property_value(text, "UNIQ_KEY")
+        if topic == SCHEDULE_TOPIC:
+            delay = schedule_delay_ms(topic, decode_properties(text), delay_levels_ms)
+            if delay:
+                code = store_ts + delay
+    return DispatchRequest(topic, queue_id, queue_offset, phys, size, code, store_ts, sys_flag, keys, uniq)
+
+
+def record_fields(record: memoryview | bytes) -> tuple[int, int, int, int, int, bytes, bytes]:
+    """``(queue_id, queue_offset, sys_flag, store_timestamp, body_len, topic bytes, properties bytes)`` of a
+    record known to be well formed."""
     _size, _magic, _crc, queue_id, _flag, queue_offset, _phys, sys_flag = _HEAD.unpack_from(record, 0)
     extra_born = 12 if sys_flag & _BORN_V6 else 0
     (store_ts,) = _I64.unpack_from(record, 56 + extra_born)
@@ -270,23 +326,7 @@ def dispatch_fields(
     (body_len,) = _I32.unpack_from(record, body_len_pos)
     pos = body_len_pos + 4 + body_len
     topic_len = record[pos]
-    topic = bytes(record[pos + 1 : pos + 1 + topic_len]).decode("utf-8", "replace")
+    topic = bytes(record[pos + 1 : pos + 1 + topic_len])
     pos += 1 + topic_len
     (props_len,) = _U16.unpack_from(record, pos)
-    props = decode_properties(bytes(record[pos + 2 : pos + 2 + props_len]).decode("utf-8", "replace"))
-    code = cached_tags_code(props.get(Prop.TAGS))
-    if topic == SCHEDULE_TOPIC:
-        delay = schedule_delay_ms(topic, props, delay_levels_ms)
-        if delay:
-            code = store_ts + delay
-    return (
-        topic,
-        queue_id,
-        queue_offset,
-        store_ts,
-        sys_flag,
-        code,
-        body_len,
-        props.get(Prop.KEYS),
-        props.get(Prop.UNIQ_KEY),
-    )
+    return queue_id, queue_offset, sys_flag, store_ts, body_len, topic, bytes(record[pos + 2 : pos + 2 + props_len])

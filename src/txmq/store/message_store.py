@@ -23,12 +23,19 @@ from typing import Any, Protocol
 
 from txmq.clock import SYSTEM_CLOCK, Clock
 from txmq.errors import CorruptStoreError, StoreClosedError, StoreError
-from txmq.protocol.record import Host, MessageRecord, decode_record, encode_offset_msg_id
+from txmq.protocol.record import Host, MessageRecord, Prop, decode_properties, decode_record, encode_offset_msg_id
 from txmq.store.checkpoint import AbortMarker, Checkpoint, CheckpointState
 from txmq.store.commit_log import CommitLog, ScanResult, blank_for
 from txmq.store.config import StoreConfig
 from txmq.store.dispatch import DispatchRequest
-from txmq.store.entry import AppendEntry, EntryError, dispatch_fields, encode_entry, entry_from_bytes
+from txmq.store.entry import (
+    AppendEntry,
+    EntryError,
+    dispatch_from_fields,
+    encode_entry,
+    entry_from_bytes,
+    record_fields,
+)
 from txmq.store.retention import RetentionService
 from txmq.store.stats import StoreStats
 
@@ -944,6 +951,7 @@ class MessageStore:
         """
         self._check_readable()
         hits = self.key_index.query(topic, key, max_num, begin_ts, end_ts)
+        topic_bytes = topic.encode()
         confirmed = self._confirmed
         out: list[int] = []
         for phys in hits:
@@ -952,10 +960,11 @@ class MessageStore:
             data = self.commit_log.read_record_bytes(phys)
             if data is None:
                 continue
-            t, _qid, _qo, ts, _sf, _tc, _bl, keys, uniq = dispatch_fields(memoryview(data), self._delay_levels)
-            if t != topic or not begin_ts <= ts <= end_ts:
+            _qid, _qo, _sf, ts, _bl, topic_raw, props_raw = record_fields(data)
+            if topic_raw != topic_bytes or not begin_ts <= ts <= end_ts:
                 continue
-            if key == uniq or (keys is not None and key in keys.split(" ")):
+            props = decode_properties(props_raw.decode("utf-8", "replace"))
+            if key == props.get(Prop.UNIQ_KEY) or key in props.get(Prop.KEYS, "").split(" "):
                 out.append(phys)
                 if len(out) >= max_num:
                     break
@@ -1106,23 +1115,23 @@ class MessageStore:
         delay_levels = self._delay_levels
         end: int | None = None
         last_ts = 0
-        scanner = self.commit_log.scan(start, check_crc=self.config.check_crc_on_recover, result=result)
+        scanner = self.commit_log.scan(
+            start, check_crc=self.config.check_crc_on_recover, result=result, yield_from=min(cq_from, index_from)
+        )
+        make_dispatch = dispatch_from_fields
         try:
-            for view, phys, size in scanner:
+            for phys, size, qid, qoff, sys_flag, ts, topic_raw, props_raw in scanner:
                 if stop_at is not None and phys >= stop_at:
                     end = phys
                     break
-                if phys < cq_from and phys < index_from:
-                    continue
-                topic, qid, qoff, ts, sys_flag, code, _bl, keys, uniq = dispatch_fields(view, delay_levels)
-                d = DispatchRequest(topic, qid, qoff, phys, size, code, ts, sys_flag, keys, uniq)
+                d = make_dispatch(phys, size, qid, qoff, sys_flag, ts, topic_raw, props_raw, delay_levels)
                 last_ts = ts
                 if phys >= cq_from:
-                    if d.has_consume_queue:
-                        key = (topic, qid)
+                    if (sys_flag & 0xC) in (0x0, 0x8):  # has a consume-queue entry
+                        key = (d.topic, qid)
                         want = expected.get(key)
                         if want is not None and key in known and qoff != want:
-                            result.reason = f"record at {phys} has queue offset {qoff}, {topic}:{qid} expects {want}"
+                            result.reason = f"record at {phys} has queue offset {qoff}, {d.topic}:{qid} expects {want}"
                             result.clean_end = False
                             end = phys
                             break
@@ -1130,15 +1139,15 @@ class MessageStore:
                         known.add(key)
                         info.cq_replayed += 1
                     cq_batch.append(d)
+                    if len(cq_batch) >= _REPLAY_CHUNK:
+                        cq.put(cq_batch)
+                        cq_batch = []
                 if phys >= index_from:
                     index_batch.append(d)
                     info.index_replayed += 1
-                if len(cq_batch) >= _REPLAY_CHUNK:
-                    cq.put(cq_batch)
-                    cq_batch = []
-                if len(index_batch) >= _REPLAY_CHUNK:
-                    index.put(index_batch)
-                    index_batch = []
+                    if len(index_batch) >= _REPLAY_CHUNK:
+                        index.put(index_batch)
+                        index_batch = []
         finally:
             scanner.close()
         if cq_batch:
