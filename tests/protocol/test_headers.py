@@ -95,3 +95,12 @@ def test_to_ext_writes_strings_and_java_booleans() -> None:
     assert EndTransactionRequestHeader.from_ext(ext) == h
     assert EndTransactionRequestHeader.from_ext({**ext, "fromTransactionCheck": "TRUE"}).fromTransactionCheck
     assert not EndTransactionRequestHeader.from_ext({**ext, "fromTransactionCheck": "yes"}).fromTransactionCheck
+
+
+def test_send_v2_fast_path_still_names_bad_fields() -> None:
+    with pytest.raises(HeaderError, match="'queueId' has an invalid value 'x'"):
+        SendMessageRequestHeader.from_ext({"a": "PG", "b": "T", "e": "x"})
+    with pytest.raises(HeaderError, match="'producerGroup' is missing"):
+        SendMessageRequestHeader.from_ext({"b": "T"})
+    h = SendMessageRequestHeader.from_ext({"a": "PG", "b": "T"})
+    assert (h.queueId, h.defaultTopic, h.batch, h.reconsumeTimes) == (-1, "TBW102", None, None)

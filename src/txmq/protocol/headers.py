@@ -137,8 +137,34 @@ class SendMessageRequestHeader(Header):
         """Accept either naming: V2's letters when ``a`` or ``b`` is present, else V1's long names."""
         ext = ext or {}
         if "b" in ext or "a" in ext:
+            if "a" in ext and "b" in ext:
+                try:
+                    return cls._fast_v2(ext)
+                except (ValueError, TypeError, AttributeError):
+                    pass  # the generic path below names the bad field
             ext = {cls.V2_NAMES.get(k, k): v for k, v in ext.items()}
         return cls._parse(ext)
+
+    @classmethod
+    def _fast_v2(cls, e: dict[str, str]) -> Self:
+        """The send hot path: every producer request goes through here, so no per-field loop."""
+        get = e.get
+        j, k, l_, m = get("j"), get("k"), get("l"), get("m")
+        return cls(
+            e["a"],
+            e["b"],
+            get("c", "TBW102"),
+            int(get("d", "4")),
+            int(get("e", "-1")),
+            int(get("f", "0")),
+            int(get("g", "0")),
+            int(get("h", "0")),
+            get("i"),
+            None if j is None else int(j),
+            None if k is None else parse_bool(k),
+            None if l_ is None else int(l_),
+            None if m is None else parse_bool(m),
+        )
 
     def to_v2_ext(self) -> dict[str, str]:
         long_to_short = {v: k for k, v in self.V2_NAMES.items()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import ipaddress
 import os
 import random
@@ -142,6 +143,7 @@ def tags_code(tags: str | None) -> int:
 Host = tuple[str, int]
 
 
+@functools.lru_cache(maxsize=4096)
 def _host_bytes(host: Host) -> bytes:
     ip, port = host
     try:
@@ -153,6 +155,7 @@ def _host_bytes(host: Host) -> bytes:
     return addr.packed + struct.pack(">i", port)
 
 
+@functools.lru_cache(maxsize=4096)
 def normalize_host(host: Host) -> Host:
     """Turn an IPv4-mapped IPv6 peer (``::ffff:1.2.3.4``) into plain IPv4, as C++ clients need."""
     ip, port = host
