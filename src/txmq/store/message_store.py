@@ -278,6 +278,7 @@ class MessageStore:
         self._writer: threading.Thread | None = None
         self._flusher: threading.Thread | None = None
         self._flusher_stop = threading.Event()
+        self._flush_lock = threading.Lock()
         self._hooks: dict[asyncio.AbstractEventLoop | None, list[NewMessagesCallback]] = {}
         self._loop_batches: dict[asyncio.AbstractEventLoop, list[_Request]] = {}  # each touched by its loop only
 
@@ -353,6 +354,8 @@ class MessageStore:
             self._close_files()
 
     async def close(self) -> None:
+        """:meth:`shutdown` in a worker thread; the retention timer is stopped here, on its own loop."""
+        self.retention.stop()
         await asyncio.to_thread(self.shutdown)
 
     def __enter__(self) -> MessageStore:
@@ -753,19 +756,21 @@ class MessageStore:
                 return
 
     def _flush_commit_log(self) -> None:
-        """fdatasync every segment holding bytes between the flushed and the written position."""
-        target = self._wpos
-        flushed = self._flushed
-        if target <= flushed:
-            return
-        t0 = time.perf_counter_ns()
-        for seg in self.commit_log.segments:
-            if seg.end > flushed and seg.start < target:
-                os.fdatasync(seg.fd)
-        stats = self.statistics
-        stats.flush_latency_us.add((time.perf_counter_ns() - t0) // 1000)
-        stats.flushes += 1
-        self._flushed = target
+        """fdatasync every segment holding bytes between the flushed and the written position (ASYNC_FLUSH's
+        flusher thread, forced flushes and shutdown; the lock keeps ``_flushed`` from moving backwards)."""
+        with self._flush_lock:
+            target = self._wpos
+            flushed = self._flushed
+            if target <= flushed:
+                return
+            t0 = time.perf_counter_ns()
+            for seg in self.commit_log.segments:
+                if seg.end > flushed and seg.start < target:
+                    os.fdatasync(seg.fd)
+            stats = self.statistics
+            stats.flush_latency_us.add((time.perf_counter_ns() - t0) // 1000)
+            stats.flushes += 1
+            self._flushed = target
 
     # ------------------------------------------------------------------------------------------ hooks
 
