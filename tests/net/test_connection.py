@@ -13,7 +13,7 @@ from txmq.errors import ConnectError, ConnectionClosedError, RemotingError, Requ
 from txmq.net import Connection, Server, connect
 from txmq.net.connection import _address
 from txmq.protocol.codes import RequestCode, ResponseCode
-from txmq.protocol.frame import RemotingCommand
+from txmq.protocol.frame import RemotingCommand, encode_frame
 
 from .conftest import RawClient, wait_for
 
@@ -379,3 +379,21 @@ async def test_dual_stack_listener_reports_ipv4_peers() -> None:
         server.close()
         for connection in accepted:
             await connection.wait_closed()
+
+
+async def test_nothing_is_served_after_a_handler_closes_the_connection() -> None:
+    calls: list[int] = []
+
+    def handler(conn: Connection, cmd: RemotingCommand) -> None:
+        calls.append(cmd.opaque)
+        conn.close("done")
+
+    server = await Server.start("127.0.0.1", 0, handler)
+    raw = await RawClient.open(server.port)
+    try:
+        await raw.send(b"".join(encode_frame(RemotingCommand(code=10, opaque=i)) for i in range(3)))
+        assert await raw.read_eof() == b""
+        assert calls == [0]
+    finally:
+        raw.close()
+        await server.close()

@@ -103,6 +103,9 @@ async def test_client_side_decoder_errors_close_the_client_connection() -> None:
         writer.write(b"\x00\x00\x00\x08\x00\x00\x00\x04nope")
         await reader.read()  # until the client hangs up
         writer.close()
+        finished.set()
+
+    finished = asyncio.Event()
 
     raw_server = await asyncio.start_server(garbage_server, "127.0.0.1", 0)
     port = raw_server.sockets[0].getsockname()[1]
@@ -113,4 +116,4 @@ async def test_client_side_decoder_errors_close_the_client_connection() -> None:
         assert conn.closed
     finally:
         raw_server.close()
-        await raw_server.wait_closed()
+        await asyncio.wait_for(finished.wait(), 5)

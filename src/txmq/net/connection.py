@@ -243,6 +243,8 @@ class Connection(asyncio.Protocol):
                     )
                 else:
                     future.set_result(cmd)
+            elif self._closed:
+                break  # a handler closed the connection; serve nothing more that arrived with it
             elif backlog or len(self._tasks) >= self._max_in_flight or (self._write_paused and self._pause_on_write):
                 # Hold requests back: too many handlers running, or the peer is not reading its responses. At
                 # most one read's worth of frames waits here, because reading is paused right after.

@@ -312,17 +312,29 @@ def _decode_json_header(header_bytes: bytes, body: bytes) -> RemotingCommand:
         # C++ clients send some values as JSON numbers (wire §1.6); they must become Java's strings because
         # header parsing and ACL signatures work on the strings.
         ext = _stringify_ext(ext)
-    return RemotingCommand(
-        code=_int32_field(header, "code", None),
-        opaque=_int32_field(header, "opaque", 0),
-        flag=_int32_field(header, "flag", 0),
-        remark=remark,
-        ext_fields=ext,
-        body=body,
-        language=_language_name(header.get("language")),
-        version=_int32_field(header, "version", 0),
-        serialize_type=JSON,
-    )
+    code = header.get("code")
+    opaque = header.get("opaque", 0)
+    flag = header.get("flag", 0)
+    version = header.get("version", 0)
+    language = header.get("language")
+    # Fast path for what every client sends; anything unusual goes through the checks that explain the problem.
+    if not (
+        type(code) is int
+        and type(opaque) is int
+        and type(flag) is int
+        and type(version) is int
+        and _INT32_MIN <= code <= _INT32_MAX
+        and _INT32_MIN <= opaque <= _INT32_MAX
+        and _INT32_MIN <= flag <= _INT32_MAX
+        and _INT32_MIN <= version <= _INT32_MAX
+    ):
+        code = _int32_field(header, "code", None)
+        opaque = _int32_field(header, "opaque", 0)
+        flag = _int32_field(header, "flag", 0)
+        version = _int32_field(header, "version", 0)
+    if type(language) is not str or language not in _LANGUAGE_VALUES:
+        language = _language_name(language)
+    return RemotingCommand(code, opaque, flag, remark, ext, body, language, version, JSON)
 
 
 def _decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
