@@ -65,6 +65,7 @@ def test_binary_round_trip(cmd: RemotingCommand) -> None:
 
 
 @given(st.lists(ANY_COMMAND, min_size=1, max_size=6), st.data())
+@settings(deadline=None)
 def test_any_split_equals_whole(cmds: list[RemotingCommand], data: st.DataObject) -> None:
     stream = b"".join(encode_frame(c) for c in cmds)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=20)))
@@ -79,7 +80,7 @@ def test_any_split_equals_whole(cmds: list[RemotingCommand], data: st.DataObject
 
 
 @given(st.lists(ANY_COMMAND, min_size=1, max_size=3))
-@settings(max_examples=30)
+@settings(max_examples=30, deadline=None)
 def test_byte_by_byte_equals_whole(cmds: list[RemotingCommand]) -> None:
     stream = b"".join(encode_frame(c) for c in cmds)
     decoder = FrameDecoder()
@@ -136,7 +137,7 @@ def mutated_streams(draw: st.DrawFn) -> bytes:
 
 
 @given(mutated_streams(), st.integers(1, 64))
-@settings(suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 def test_mutated_frames_only_raise_frame_error(stream: bytes, step: int) -> None:
     _feed_all([stream[i : i + step] for i in range(0, len(stream), step)])
 

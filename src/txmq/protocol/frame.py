@@ -4,6 +4,10 @@ A frame is ``int32 len | int32 (serializeType << 24 | hdrLen) | header | body`` 
 (rocketmq-wire.md §1.2). Headers are JSON (type 0, what every default client sends) or RocketMQ's binary layout
 (type 1). The decoder is a small state machine in the style of h11: bytes in, commands out, no sockets; any input
 that is not a valid frame raises :class:`~txmq.errors.FrameError` and leaves the decoder dead.
+
+Inbound extFields become strings the way Java prints them (3 -> "3", true -> "true", 1e10 -> "1.0E10"; null drops
+the key). A nested object or array is kept as its compact JSON text rather than rejected, as fastjson would do for a
+``Map<String, String>``. In binary headers an empty remark reads back as None (length 0 means null there).
 """
 
 from __future__ import annotations
