@@ -1,6 +1,6 @@
 """Child process for the kill -9 tests: appends in SYNC mode and prints one line per acknowledged record.
 
-    python helpers_crash_child.py <store root> <seed>
+    python helpers_crash_child.py <store root> <seed> [SYNC_FLUSH|ASYNC_FLUSH]
 
 Prints ``ready`` once the store is open, then for every acknowledged record
 ``<phys> <queue offset> <topic> <queue id> <size> <sys flag> <sha1 of body>``, flushing stdout after each line, so
@@ -19,13 +19,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers_store import make_record, small_config
 
+from txmq.store.config import FlushDiskType
 from txmq.store.message_store import MessageStore
 
 SEGMENT = 256 * 1024
 
 
-async def main(root: str, seed: int) -> None:
-    store = MessageStore(small_config(root, mapped_file_size_commit_log=SEGMENT, flush_interval_consume_queue=50))
+async def main(root: str, seed: int, flush: str) -> None:
+    cfg = small_config(root, mapped_file_size_commit_log=SEGMENT, flush_interval_consume_queue=50)
+    cfg.flush_disk_type = FlushDiskType(flush)
+    store = MessageStore(cfg)
     await store.start()
     out = sys.stdout
     out.write("ready\n")
@@ -59,4 +62,4 @@ async def main(root: str, seed: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "SYNC_FLUSH"))

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from helpers_store import small_config
 
 from txmq.protocol.record import decode_record
@@ -31,10 +32,10 @@ class Acked:
         self.topic, self.sys_flag, self.sha = topic, int(sys_flag), sha
 
 
-def run_child(root: Path, seed: int, rnd: random.Random) -> tuple[list[Acked], str]:
+def run_child(root: Path, seed: int, rnd: random.Random, flush: str = "SYNC_FLUSH") -> tuple[list[Acked], str]:
     """Start the child, kill it with SIGKILL at a random moment, return the lines it acknowledged."""
     proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(root), str(seed)],
+        [sys.executable, str(CHILD), str(root), str(seed), flush],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -97,14 +98,16 @@ def verify(root: Path, acked: list[Acked]) -> MessageStore:
     return store
 
 
-def test_kill_9_at_random_moments_loses_no_acknowledged_record(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("flush", "rounds"), [("SYNC_FLUSH", ROUNDS), ("ASYNC_FLUSH", 8)])
+def test_kill_9_at_random_moments_loses_no_acknowledged_record(tmp_path: Path, flush: str, rounds: int) -> None:
+    """ASYNC_FLUSH only promises to survive a process crash (the page cache keeps the bytes); check that too."""
     root = tmp_path / "store"
     rnd = random.Random(20240601)
     acked: list[Acked] = []
     started = time.monotonic()
     hows = []
-    for round_no in range(ROUNDS):
-        new, how = run_child(root, round_no, rnd)
+    for round_no in range(rounds):
+        new, how = run_child(root, round_no, rnd, flush)
         hows.append(how)
         acked.extend(new)
         if not root.exists():  # killed before it created anything
@@ -118,7 +121,7 @@ def test_kill_9_at_random_moments_loses_no_acknowledged_record(tmp_path: Path) -
         shutil.rmtree(copy)
         if time.monotonic() - started > 45:  # keep the suite fast on a slow disk: fewer rounds, never a flake
             break
-    assert len(acked) > 500, f"too few acknowledged records to mean anything: {len(acked)} ({hows})"
+    assert len(acked) > 40 * rounds, f"too few acknowledged records to mean anything: {len(acked)} ({hows})"
     assert sum(h.startswith("after") for h in hows) >= len(hows) // 2
     final = verify(root, acked)
     final.shutdown()

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from txmq.clock import FakeClock
-from txmq.errors import StoreClosedError
+from txmq.errors import StoreClosedError, StoreError
 from txmq.protocol.record import (
     MAX_PROPERTIES_BYTES,
     MessageRecord,
@@ -445,3 +445,11 @@ def test_blocking_context_manager(tmp_path: Any) -> None:
         r = store.put_many_sync([make_record("C", 0), make_record("C", 0)])
         assert [x.queue_offset for x in r] == [0, 1]
     assert not os.path.exists(tmp_path / "s" / "abort")
+
+
+def test_a_store_directory_can_be_open_only_once(tmp_path: Any) -> None:
+    first = MessageStore(small_config(tmp_path / "s")).open()
+    with pytest.raises(StoreError, match="already open"):
+        MessageStore(small_config(tmp_path / "s")).open()
+    first.shutdown()
+    MessageStore(small_config(tmp_path / "s")).open().shutdown()
