@@ -12,6 +12,7 @@ from txmq.errors import ProtocolError
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import PullMessageRequestHeader
+from txmq.store.message_store import GetStatus
 
 if TYPE_CHECKING:
     from txmq.broker.broker import Broker
@@ -25,8 +26,6 @@ FLAG_SUBSCRIPTION = 0x4
 # Per-pull limits: RocketMQ's maxTransfer*OnMessageInMemory.
 MAX_TRANSFER_COUNT = 32
 MAX_TRANSFER_BYTES = 256 * 1024
-# How many consume-queue entries one pull may scan looking for tag matches.
-MAX_FILTER_SCAN = 800
 
 
 @dataclass(slots=True)
@@ -136,40 +135,37 @@ class PullProcessor:
         return sub
 
     def pull(self, h: PullMessageRequestHeader, sub: Subscription) -> PullOutcome:
-        """Run one pull against the store: the status table of RocketMQ's getMessage, mapped to response codes."""
-        store = self.broker.store
-        topic, qid, offset = h.topic, h.queueId, h.queueOffset
-        min_off = store.min_offset(topic, qid)
-        max_off = store.max_offset(topic, qid)
-        if max_off == 0:
-            code = ResponseCode.PULL_NOT_FOUND if offset == 0 else ResponseCode.PULL_OFFSET_MOVED
-            return PullOutcome(code, "NO_MESSAGE_IN_QUEUE", 0, min_off, max_off)
-        if offset < min_off:
-            return PullOutcome(ResponseCode.PULL_OFFSET_MOVED, "OFFSET_TOO_SMALL", min_off, min_off, max_off)
-        if offset == max_off:
-            return PullOutcome(ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", offset, min_off, max_off)
-        if offset > max_off:
-            return PullOutcome(ResponseCode.PULL_OFFSET_MOVED, "OFFSET_OVERFLOW_BADLY", max_off, min_off, max_off)
-        max_count = max(1, min(h.maxMsgNums, MAX_TRANSFER_COUNT))
-        scan = max_count if sub.matches_all else MAX_FILTER_SCAN
-        entries = store.read_consume_queue(topic, qid, offset, scan)
-        if not entries:
-            return PullOutcome(ResponseCode.PULL_NOT_FOUND, "OFFSET_FOUND_NULL", offset, min_off, max_off)
-        chunks: list[bytes] = []
-        total = 0
-        scanned = 0
-        for phys, size, tags_code in entries:
-            if len(chunks) >= max_count or (chunks and total + size > MAX_TRANSFER_BYTES):
-                break
-            scanned += 1
-            if not sub.matches_code(tags_code):
-                continue
-            data = store.read_bytes(phys, size)
-            if data is None:
-                continue  # the segment was deleted by retention
-            chunks.append(data)
-            total += size
-        next_offset = offset + scanned
-        if not chunks:
-            return PullOutcome(ResponseCode.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE", next_offset, min_off, max_off)
-        return PullOutcome(ResponseCode.SUCCESS, "FOUND", next_offset, min_off, max_off, b"".join(chunks), len(chunks))
+        """Run one pull against the store and map RocketMQ's getMessage status to a response code."""
+        result = self.broker.store.get_messages(
+            h.topic,
+            h.queueId,
+            h.queueOffset,
+            max(1, min(h.maxMsgNums, MAX_TRANSFER_COUNT)),
+            MAX_TRANSFER_BYTES,
+            None if sub.matches_all else sub.codes,
+        )
+        status = result.status
+        if status is GetStatus.NO_MESSAGE_IN_QUEUE:
+            code = ResponseCode.PULL_NOT_FOUND if h.queueOffset == 0 else ResponseCode.PULL_OFFSET_MOVED
+        else:
+            code = _CODES[status]
+        body = result.body if status is GetStatus.FOUND else b""
+        return PullOutcome(
+            code,
+            status.value,
+            result.next_begin_offset,
+            result.min_offset,
+            result.max_offset,
+            body,
+            result.message_count,
+        )
+
+
+_CODES = {
+    GetStatus.FOUND: ResponseCode.SUCCESS,
+    GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+    GetStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+}
