@@ -136,15 +136,47 @@ def fmt_rate(values: list[float]) -> str:
     return f"{statistics.median(values):>9,.0f}  ({min(values):,.0f}..{max(values):,.0f})"
 
 
+async def warm_up(store: MessageStore, lines: list[str], raw: RawDisk, args: argparse.Namespace) -> None:
+    """Measure x64 once in the first segment (fallocate'd at creation), then append until the log runs in a
+    segment that was zero-filled in the background: the steady state of a broker that has been up for a while."""
+    before = raw.fsync_rate(args.window / 2)
+    rate, _ = await store_rate(store, 64, args.window)
+    after = raw.fsync_rate(args.window / 2)
+    ratio = rate / ((before + after) / 2)
+    line = f"SYNC x64   {rate:>9,.0f} msg/s in the first segment (fallocate'd), ratio {ratio:.2f}"
+    print(line, flush=True)
+    lines.append(line)
+    stop = False
+
+    async def appender(w: int) -> None:
+        i = 0
+        while not stop:
+            await store.put_many([record(w, i + k) for k in range(16)])
+            i += 16
+
+    tasks = [asyncio.create_task(appender(w)) for w in range(64)]
+    while store.commit_log.segments[-1].start == 0:
+        await asyncio.sleep(0.1)
+    stop = True
+    await asyncio.gather(*tasks)
+    line = f"{'':10} (then appended {store.max_physical_offset() >> 20} MiB: now in a zero-filled segment)"
+    print(line, flush=True)
+    lines.append(line)
+
+
 async def throughput(args: argparse.Namespace, workdir: Path, raw: RawDisk) -> list[str]:
     lines: list[str] = []
     for flush in (FlushDiskType.SYNC_FLUSH, FlushDiskType.ASYNC_FLUSH):
         root = workdir / f"store-{flush.value}"
         shutil.rmtree(root, ignore_errors=True)
-        cfg = StoreConfig(store_path_root_dir=str(root), flush_disk_type=flush)
+        cfg = StoreConfig(
+            store_path_root_dir=str(root), flush_disk_type=flush, mapped_file_size_commit_log=args.segment_mib << 20
+        )
         store = MessageStore(cfg)
         await store.start()
         try:
+            if flush is FlushDiskType.SYNC_FLUSH:
+                await warm_up(store, lines, raw, args)
             counts = args.appenders if flush is FlushDiskType.SYNC_FLUSH else [64]
             for n in counts:
                 rates: list[float] = []
@@ -307,6 +339,7 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=1.0, help="seconds per measurement window")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved windows per case")
     parser.add_argument("--appenders", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64, 256])
+    parser.add_argument("--segment-mib", type=int, default=256, help="commit-log segment size for the throughput runs")
     parser.add_argument("--recovery-mib", type=int, default=1024)
     parser.add_argument("--skip-recovery", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")

@@ -69,9 +69,13 @@ def crash_image(store: MessageStore, dest: Path) -> Path:
     return dest
 
 
+def segment_names(root: Path | str) -> list[str]:
+    """The commit-log segment files (not a ``.alloc`` file being prepared), oldest first."""
+    return sorted(n for n in os.listdir(os.path.join(root, "commitlog")) if len(n) == 20 and n.isdigit())
+
+
 def last_segment(root: Path | str) -> Path:
-    names = sorted(os.listdir(os.path.join(root, "commitlog")))
-    return Path(root, "commitlog", names[-1])
+    return Path(root, "commitlog", segment_names(root)[-1])
 
 
 def queue_contents(store: MessageStore) -> dict[tuple[str, int], list[tuple[int, int, int]]]:

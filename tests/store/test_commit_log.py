@@ -224,3 +224,36 @@ def test_delete_segment_never_takes_the_active_one(tmp_path: Path) -> None:
     assert log.read(recs[0][0], recs[0][1]) is None
     assert log.first_store_timestamp(log.segments[0]) == 1
     log.close()
+
+
+def test_zero_mode_prepares_the_next_segment_in_the_background(tmp_path: Path) -> None:
+    log = CommitLog(str(tmp_path), SEG, Preallocate.ZERO)
+    log.load()
+    first = log.segment_for_write(0)
+    log.maybe_prepare(100)  # less than half full: nothing yet
+    assert log.wait_prepared() and os.listdir(tmp_path) == [segment_name(0)]
+    log.maybe_prepare(SEG // 2)
+    assert log.wait_prepared()
+    assert sorted(os.listdir(tmp_path)) == [segment_name(0), segment_name(SEG) + ".alloc"]
+    prepared = tmp_path / (segment_name(SEG) + ".alloc")
+    assert prepared.read_bytes() == bytes(SEG)
+    inode = prepared.stat().st_ino
+    second = log.segment_for_write(SEG)  # the roll takes the prepared file instead of allocating
+    assert second is not first and os.stat(second.path).st_ino == inode
+    assert sorted(os.listdir(tmp_path)) == [segment_name(0), segment_name(SEG)]
+    log.maybe_prepare(SEG + SEG // 2)
+    assert log.wait_prepared()
+    log.close()  # an unused prepared file is removed on close
+    assert sorted(os.listdir(tmp_path)) == [segment_name(0), segment_name(SEG)]
+
+
+def test_load_removes_an_unfinished_preparation(tmp_path: Path) -> None:
+    log = CommitLog(str(tmp_path), SEG, Preallocate.ZERO)
+    log.load()
+    fill(log, 5)
+    log.close()
+    (tmp_path / (segment_name(SEG) + ".alloc")).write_bytes(bytes(100))  # a crash while zero-filling
+    log = CommitLog(str(tmp_path), SEG, Preallocate.ZERO)
+    log.load()
+    assert os.listdir(tmp_path) == [segment_name(0)]
+    log.close()

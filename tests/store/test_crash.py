@@ -4,7 +4,6 @@ survives byte for byte, queue offsets stay dense, and nothing past the torn tail
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import shutil
 import signal
@@ -14,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_store import small_config
+from helpers_store import segment_names, small_config
 
 from txmq.protocol.record import decode_record
 from txmq.store.message_store import MessageStore
@@ -90,7 +89,7 @@ def verify(root: Path, acked: list[Acked]) -> MessageStore:
             assert phys + size <= end
             rec = decode_record(store.read_record(phys, size))
             assert (rec.topic, rec.queue_id, rec.queue_offset) == (topic, qid, lo + i)
-    for name in sorted(os.listdir(root / "commitlog")):  # nothing past the torn tail
+    for name in segment_names(root):  # nothing past the torn tail
         data = (root / "commitlog" / name).read_bytes()
         start = int(name)
         tail = data[max(0, end - start) :] if end < start + len(data) else b""

