@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from txmq.store.message_store import MessageStore, PutStatus
 
 from txmq.broker.admin import AdminProcessor
 from txmq.broker.clients import ClientRegistry
@@ -23,6 +22,7 @@ from txmq.broker.pull import PullProcessor
 from txmq.broker.send import SendProcessor
 from txmq.broker.subscriptions import SubscriptionGroupManager
 from txmq.broker.topics import TopicConfigManager
+from txmq.broker.transactions import TransactionService
 from txmq.clock import SYSTEM_CLOCK, Clock
 from txmq.errors import RemotingError
 from txmq.net import Connection, Dispatcher, Server, connect
@@ -31,6 +31,7 @@ from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
 from txmq.protocol.record import MessageRecord
 from txmq.store.config import StoreConfig
+from txmq.store.message_store import MessageStore, PutStatus
 
 log = logging.getLogger("txmq.broker")
 
@@ -83,7 +84,7 @@ class Broker:
         self.pull_holds = PullHoldService(clock)
         self.store_config = StoreConfig.from_properties(config.store_properties())
         self.store: MessageStore | None = None  # type: ignore[assignment]
-        self.transactions: Any = Unsupported("transactional messages")
+        self.transactions: Any = TransactionService(self)
         self.schedule: Any = Unsupported("delay levels")
         self.send_processor = SendProcessor(self)
         self.pull_processor = PullProcessor(self)
@@ -178,6 +179,8 @@ class Broker:
     def _end_transaction(self, conn: Any, cmd: RemotingCommand) -> Any:
         handler = getattr(self.transactions, "end_transaction", None)
         if handler is None:
+            if cmd.is_oneway:
+                return None
             return cmd.response(ResponseCode.SYSTEM_ERROR, "transactional messages are not supported by this build yet")
         return handler(conn, cmd)
 
