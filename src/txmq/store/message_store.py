@@ -1,5 +1,5 @@
-"""The message store: one append pipeline (group commit), reads, recovery after a crash, and the wiring of the
-commit log, consume queues, key index, checkpoint and retention.
+"""The message store: one append pipeline (group commit), reads, and the wiring of the commit log, consume queues,
+key index, checkpoint, recovery (:mod:`txmq.store.recovery`) and retention.
 
 One writer thread assigns offsets, writes each group of pending appends with as few ``pwritev`` calls as possible,
 dispatches consume-queue and index entries, fdatasyncs (SYNC_FLUSH), publishes what became visible and completes
@@ -23,20 +23,20 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from txmq.clock import SYSTEM_CLOCK, Clock
-from txmq.errors import CorruptStoreError, StoreClosedError, StoreError
+from txmq.errors import StoreClosedError, StoreError
 from txmq.protocol.record import Host, MessageRecord, Prop, decode_properties, decode_record, encode_offset_msg_id
 from txmq.store.checkpoint import AbortMarker, Checkpoint, CheckpointState
-from txmq.store.commit_log import CommitLog, ScanResult, blank_for
+from txmq.store.commit_log import CommitLog, blank_for
 from txmq.store.config import StoreConfig
 from txmq.store.dispatch import DispatchRequest
 from txmq.store.entry import (
     AppendEntry,
     EntryError,
-    dispatch_from_fields,
     encode_entry,
     entry_from_bytes,
     record_fields,
 )
+from txmq.store.recovery import Recovery, RecoveryInfo, cq_offset_sum
 from txmq.store.retention import RetentionService
 from txmq.store.stats import StoreStats
 
@@ -45,7 +45,6 @@ log = logging.getLogger("txmq.store")
 _QO_PO = struct.Struct(">qq")  # QUEUEOFFSET then PHYSICALOFFSET, adjacent at byte 20
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
-_REPLAY_CHUNK = 4096
 
 
 class PutStatus(enum.Enum):
@@ -130,26 +129,6 @@ class GetMessageResult:
     @property
     def body(self) -> bytes:
         return self.buffers[0] if len(self.buffers) == 1 else b"".join(self.buffers)
-
-
-@dataclass(slots=True)
-class RecoveryInfo:
-    """What :meth:`MessageStore.open` found and did; also logged."""
-
-    mode: str = "empty"  # "empty", "clean" (no scan) or "crash"
-    log_end: int = 0
-    scan_start: int = -1
-    scanned_records: int = 0
-    scanned_bytes: int = 0
-    stop_reason: str = ""
-    truncated_at: int = -1  # first offset that was cut off, -1 when nothing was
-    truncated_bytes: int = 0
-    deleted_segments: list[str] = field(default_factory=list)
-    cq_replay_from: int = -1
-    cq_replayed: int = 0
-    index_replay_from: int = -1
-    index_replayed: int = 0
-    seconds: float = 0.0
 
 
 class ConsumeQueueLike(Protocol):
@@ -742,14 +721,10 @@ class MessageStore:
         )
         if clean:
             state.cq_max_phys = self.consume_queue.max_physical_offset()
-            state.cq_offset_sum = self._cq_offset_sum()
+            state.cq_offset_sum = cq_offset_sum(self.consume_queue)
             state.index_max_phys = self.key_index.max_physical_offset()
         self._checkpoint.write(state)
         self._checkpointed_pos = wpos
-
-    def _cq_offset_sum(self) -> int:
-        cq = self.consume_queue
-        return sum(cq.max_offset(t, q) for t, q in cq.queues())
 
     def flush(self) -> None:
         """Make everything appended so far durable and checkpoint it (blocking; normally periodic)."""
@@ -1023,74 +998,25 @@ class MessageStore:
 
     def _recover(self) -> RecoveryInfo:
         t0 = time.monotonic()
-        info = RecoveryInfo()
         cp = self._checkpoint.load()
         crashed = self._abort.exists()
         self.commit_log.load()
         self._abort.create()
-        cq, index = self.consume_queue, self.key_index
-        segs = self.commit_log.segments
-        cq_max = cq.max_physical_offset()
-        index_max = index.max_physical_offset()
-        if not segs:
-            if (cp is not None and cp.commit_flushed > 0) or cq_max > 0:
-                raise CorruptStoreError(
-                    f"{self.commit_log.directory} holds no segment, but the checkpoint or the consume queues "
-                    f"refer to {max(cp.commit_flushed if cp else 0, cq_max)} bytes of commit log; "
-                    f"refusing to start on an empty log (wrong storePathRootDir, or lost files?)"
-                )
-            end = 0
-            info.mode = "empty"
-            cq.truncate_after(0)
-            index.truncate_after(0)
-        else:
-            log_min = segs[0].start
-            clean = (
-                not crashed
-                and cp is not None
-                and cp.clean
-                and log_min <= cp.commit_flushed <= segs[-1].end
-                and self._looks_like_end(cp.commit_flushed)
-            )
-            if clean:
-                assert cp is not None
-                end = cp.commit_flushed
-                info.mode = "clean"
-                cq_ok = cq_max == cp.cq_max_phys and self._cq_offset_sum() == cp.cq_offset_sum
-                index_ok = index_max == cp.index_max_phys
-                if not cq_ok:
-                    log.warning("consume queues differ from the clean checkpoint; rebuilding them from the log")
-                if not index_ok:
-                    log.warning("key index differs from the clean checkpoint; rebuilding it from the log")
-                cq_from = end if cq_ok else log_min
-                index_from = end if index_ok else log_min
-                if cq_from < end or index_from < end:
-                    end = self._scan_and_replay(info, min(cq_from, index_from), cq_from, index_from, end)
-            else:
-                info.mode = "crash"
-                why = "abort marker present" if crashed else "no clean checkpoint"
-                log.warning("store at %s was not shut down cleanly (%s); verifying the commit log", self.root, why)
-                cq_from = min(max(cq_max, log_min), segs[-1].end)
-                index_from = min(max(index_max, log_min), segs[-1].end)
-                start = min(segs[-1].start, cq_from, index_from)
-                if cp is not None and log_min <= cp.commit_flushed <= segs[-1].end:
-                    start = min(start, cp.commit_flushed)
-                end = self._scan_and_replay(info, start, cq_from, index_from, None)
-                if cp is not None and end < cp.commit_flushed:
-                    log.error(
-                        "commit log is valid only up to %d but %d bytes were flushed before the crash: records in "
-                        "[%d, %d) were lost to corruption",
-                        end,
-                        cp.commit_flushed,
-                        end,
-                        cp.commit_flushed,
-                    )
-        info.log_end = end
+        cq = self.consume_queue
+        info = Recovery(
+            self.commit_log,
+            cq,
+            self.key_index,
+            check_crc=self.config.check_crc_on_recover,
+            delay_levels_ms=self._delay_levels,
+        ).run(cp, crashed)
+        end = info.log_end
         self._wpos = self._flushed = self._confirmed = end
         self._seg = None
         tables = {(t, q): cq.max_offset(t, q) for t, q in cq.queues()}
         self._next_offsets = dict(tables)
         self._visible = dict(tables)
+        self._last_store_ts = self._index_ts = info.last_store_timestamp
         if cp is not None:
             self._index_ts = max(self._index_ts, cp.index_msg_timestamp)
             self._last_store_ts = max(self._last_store_ts, cp.physic_msg_timestamp)
@@ -1112,105 +1038,6 @@ class MessageStore:
             info.index_replayed,
         )
         return info
-
-    def _looks_like_end(self, end: int) -> bool:
-        """A clean checkpoint's end must sit on zeros (or a segment boundary): nothing was written after it."""
-        seg = self.commit_log.find_segment(end)
-        if seg is None:
-            return end == self.commit_log.segments[-1].end
-        head = self.commit_log.read(end, 8)
-        return head == bytes(8)
-
-    def _scan_and_replay(
-        self, info: RecoveryInfo, start: int, cq_from: int, index_from: int, stop_at: int | None
-    ) -> int:
-        """Verify records from ``start``, re-dispatch those past the queues' and index's durable points, and cut
-        the log at the first invalid record (crash path) or check it ends at ``stop_at`` (clean path)."""
-        cq, index = self.consume_queue, self.key_index
-        info.scan_start = start
-        info.cq_replay_from = cq_from
-        info.index_replay_from = index_from
-        # Entries past the replay points are rewritten from the log, so the expected next offset of each queue
-        # is known and every replayed record can be checked against it (the body CRC does not cover the header).
-        cq.truncate_after(cq_from)
-        index.truncate_after(index_from)
-        expected = {(t, q): cq.max_offset(t, q) for t, q in cq.queues()}
-        known = {k for k, v in expected.items() if v > 0}
-        result = ScanResult(start)
-        cq_batch: list[DispatchRequest] = []
-        index_batch: list[DispatchRequest] = []
-        delay_levels = self._delay_levels
-        end: int | None = None
-        last_ts = 0
-        scanner = self.commit_log.scan(
-            start, check_crc=self.config.check_crc_on_recover, result=result, yield_from=min(cq_from, index_from)
-        )
-        make_dispatch = dispatch_from_fields
-        try:
-            for phys, size, qid, qoff, sys_flag, ts, topic_raw, props_raw in scanner:
-                if stop_at is not None and phys >= stop_at:
-                    end = phys
-                    break
-                d = make_dispatch(phys, size, qid, qoff, sys_flag, ts, topic_raw, props_raw, delay_levels)
-                last_ts = ts
-                if phys >= cq_from:
-                    if (sys_flag & 0xC) in (0x0, 0x8):  # has a consume-queue entry
-                        key = (d.topic, qid)
-                        want = expected.get(key)
-                        if want is not None and key in known and qoff != want:
-                            result.reason = f"record at {phys} has queue offset {qoff}, {d.topic}:{qid} expects {want}"
-                            result.clean_end = False
-                            end = phys
-                            break
-                        expected[key] = qoff + 1
-                        known.add(key)
-                        info.cq_replayed += 1
-                    cq_batch.append(d)
-                    if len(cq_batch) >= _REPLAY_CHUNK:
-                        cq.put(cq_batch)
-                        cq_batch = []
-                if phys >= index_from:
-                    index_batch.append(d)
-                    info.index_replayed += 1
-                    if len(index_batch) >= _REPLAY_CHUNK:
-                        index.put(index_batch)
-                        index_batch = []
-        finally:
-            scanner.close()
-        if cq_batch:
-            cq.put(cq_batch)
-        if index_batch:
-            index.put(index_batch)
-        if last_ts:
-            self._last_store_ts = self._index_ts = last_ts
-        if end is None:
-            end = result.end
-        info.scanned_records = result.records
-        info.scanned_bytes = result.bytes
-        info.stop_reason = result.reason
-        if stop_at is not None and end != stop_at:
-            log.error("commit log ends at %d (%s) although the clean checkpoint says %d", end, result.reason, stop_at)
-        if stop_at is None or end != stop_at:
-            self._truncate_log(info, end, result)
-        cq.truncate_after(end)
-        index.truncate_after(end)
-        return end
-
-    def _truncate_log(self, info: RecoveryInfo, end: int, result: ScanResult) -> None:
-        first, zeroed, deleted = self.commit_log.truncate(end)
-        info.truncated_bytes = zeroed
-        info.deleted_segments = deleted
-        if zeroed or deleted:
-            info.truncated_at = first
-            log.warning(
-                "commit log: cut the torn tail at %d (%s): zeroed %d bytes [%d, %d)%s",
-                first,
-                result.reason,
-                zeroed,
-                first,
-                first + zeroed,
-                f", deleted segments {deleted}" if deleted else "",
-            )
 
 
 def _default_consume_queue(root: str, config: StoreConfig) -> ConsumeQueueLike:
