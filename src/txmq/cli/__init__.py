@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import logging
 import signal
 import sys
@@ -185,13 +186,22 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--store", dest="set_store_path_root_dir", default=None, help="overrides storePathRootDir")
     br.set_defaults(func=cmd_broker)
 
-    try:
-        from txmq.cli.admin import add_admin_parser
-    except ImportError:
-        pass
-    else:
-        add_admin_parser(sub)
+    from txmq.cli.admin import add_admin_parser
+
+    add_admin_parser(sub)
+    # Commands that live in their own modules (``add_parser(subparsers)``); a missing one is not offered.
+    for name in COMMAND_EXTENSIONS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.add_parser(sub)
     return parser
+
+
+COMMAND_EXTENSIONS = ("txmq.cli.demo", "txmq.cli.spark")
 
 
 def main(argv: list[str] | None = None) -> int:

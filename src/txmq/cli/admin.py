@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import importlib
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -353,3 +354,18 @@ def add_admin_parser(sub: Any) -> None:
     tl.add_argument("--count", type=int, default=None, help="stop after this many messages")
     tl.add_argument("--group", default="txmq_admin_tail")
     tl.set_defaults(func=_run(tail))
+
+    # Feature areas add their own subcommands from their own modules (transactions, consumer control, ACL).
+    groups = {"topic": topic, "message": message, "consumer": consumer}
+    for name in ADMIN_EXTENSIONS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.add_parser(what, groups, _run)
+
+
+# Modules with ``add_parser(admin_subparsers, groups, run)``; a missing one is simply not offered.
+ADMIN_EXTENSIONS = ("txmq.cli.admin_tx", "txmq.cli.admin_consumer", "txmq.cli.admin_acl")
