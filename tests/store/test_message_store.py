@@ -453,3 +453,20 @@ def test_a_store_directory_can_be_open_only_once(tmp_path: Any) -> None:
         MessageStore(small_config(tmp_path / "s")).open()
     first.shutdown()
     MessageStore(small_config(tmp_path / "s")).open().shutdown()
+
+
+async def test_a_dead_writer_thread_never_leaves_puts_hanging(make_store: MakeStore) -> None:
+    store = make_store()
+
+    def bug() -> None:
+        raise RuntimeError("a bug in the writer loop")
+
+    store._maybe_checkpoint = bug  # type: ignore[method-assign]  # runs after every group
+    first = await store.put(make_record("D", 0, b"written"))
+    assert first.ok
+    later = [await store.put(make_record("D", 0, b"after")) for _ in range(3)]
+    assert {r.status for r in later} == {PutStatus.SERVICE_NOT_AVAILABLE}
+    assert "writer thread died" in (later[-1].remark or "")
+    with pytest.raises(StoreError, match="writer thread died"):
+        store.flush()
+    await store.close()

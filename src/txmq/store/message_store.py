@@ -253,6 +253,7 @@ class MessageStore:
         self._sync = cfg.sync_flush
         self._state = "new"  # new -> open -> closing -> closed
         self._failure: str | None = None  # set when a write/flush failed: puts are refused until a restart
+        self._writer_dead = False
         self._put_lock = threading.Lock()  # makes "check open + enqueue" atomic against shutdown()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
@@ -387,10 +388,11 @@ class MessageStore:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 return
+            remark = f"the store failed: {self._failure}" if self._failure else "the store is closed"
             if isinstance(item, list):
-                self._finish_failed(item, PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
+                self._finish_failed(item, PutStatus.SERVICE_NOT_AVAILABLE, remark)
             elif isinstance(item, _Task):
-                item.error = StoreClosedError("the store is closed")
+                item.error = StoreError(remark) if self._failure else StoreClosedError(remark)
                 item.done.release()
 
     # ------------------------------------------------------------------------------------------ appending
@@ -509,6 +511,16 @@ class MessageStore:
     # ------------------------------------------------------------------------------------------ the writer
 
     def _writer_main(self) -> None:
+        try:
+            self._writer_loop()
+        except BaseException as exc:  # a bug, not an IO error (those are handled per group): never leave puts hanging
+            log.critical("the append pipeline's writer thread died; refusing further appends", exc_info=True)
+            with self._put_lock:
+                self._failure = self._failure or f"writer thread died: {type(exc).__name__}: {exc}"
+                self._writer_dead = True
+            self._fail_leftovers()
+
+    def _writer_loop(self) -> None:
         q = self._queue
         get = q.get
         idle = max(0.01, self.config.flush_interval_consume_queue / 1000.0)
@@ -553,6 +565,8 @@ class MessageStore:
         with self._put_lock:
             if self._state != "open":
                 raise StoreClosedError(f"the store is {self._state}")
+            if self._writer_dead:
+                raise StoreError(f"the store failed: {self._failure}")
             self._queue.put(task)
         task.done.acquire()
         if task.error is not None:
