@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import zlib
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from txmq.broker.topics import (
@@ -51,15 +53,24 @@ class SendProcessor:
         self.broker = broker
         self._random = random.Random()
 
-    async def handle(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    def handle(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """Answer at once on errors; otherwise return a future of the response, without a task per message."""
         try:
             header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
         except ProtocolError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if header.batch:
+            return self._send_batch_answering(conn, cmd, header)
         try:
-            if header.batch:
-                return await self._send_batch(conn, cmd, header)
-            return await self._send_one(conn, cmd, header)
+            return self._send_one(conn, cmd, header)
+        except SendError as exc:
+            return cmd.response(exc.code, exc.remark)
+
+    async def _send_batch_answering(
+        self, conn: Any, cmd: RemotingCommand, header: SendMessageRequestHeader
+    ) -> RemotingCommand:
+        try:
+            return await self._send_batch(conn, cmd, header)
         except SendError as exc:
             return cmd.response(exc.code, exc.remark)
 
@@ -136,7 +147,9 @@ class SendProcessor:
 
     # -- single ------------------------------------------------------------------------------------------------------
 
-    async def _send_one(self, conn: Any, cmd: RemotingCommand, header: SendMessageRequestHeader) -> RemotingCommand:
+    def _send_one(
+        self, conn: Any, cmd: RemotingCommand, header: SendMessageRequestHeader
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
         broker = self.broker
         cfg = self._check_topic(header)
         queue_id = self._pick_queue(header, cfg)
@@ -163,15 +176,28 @@ class SendProcessor:
             properties=props,
         )
         if props.get(Prop.TRAN_MSG, "").lower() == "true":
-            return await broker.transactions.prepare(cmd, record, response_queue_id)
+            return broker.transactions.prepare(cmd, record, response_queue_id)
         if transaction_type(record.sys_flag) != 0:
             # Only END_TRANSACTION may write COMMIT or ROLLBACK records.
             record.sys_flag &= ~0xC
         delay = props.get(Prop.DELAY)
         if delay and delay != "0":
             record = broker.schedule.redirect(record, delay)
-        result = await broker.store.put(record)
-        return self._response(cmd, result, response_queue_id)
+        stored = broker.store.put_future(record)
+        answer: asyncio.Future[RemotingCommand] = stored.get_loop().create_future()
+
+        def respond(done: asyncio.Future[Any]) -> None:
+            if answer.done():
+                return
+            if done.cancelled():
+                answer.cancel()
+            elif (exc := done.exception()) is not None:
+                answer.set_exception(exc)
+            else:
+                answer.set_result(self._response(cmd, done.result(), response_queue_id))
+
+        stored.add_done_callback(respond)
+        return answer
 
     def _response(
         self, cmd: RemotingCommand, result: Any, queue_id: int, msg_ids: str | None = None
