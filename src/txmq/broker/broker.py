@@ -23,6 +23,7 @@ from txmq.broker.send import SendProcessor
 from txmq.broker.subscriptions import SubscriptionGroupManager
 from txmq.broker.topics import TopicConfigManager
 from txmq.broker.transactions import TransactionService
+from txmq.broker.tx_admin import TransactionAdminProcessor
 from txmq.clock import SYSTEM_CLOCK, Clock
 from txmq.errors import RemotingError
 from txmq.net import Connection, Dispatcher, Server, connect
@@ -108,6 +109,8 @@ class Broker:
         for code, handler in self.admin.handlers().items():
             d.register(code, handler)
         d.register(RequestCode.END_TRANSACTION, self._end_transaction)
+        for code, handler in TransactionAdminProcessor(self).handlers().items():
+            d.register(code, handler)
         d.register(RequestCode.CONSUMER_SEND_MSG_BACK, self._send_back)
 
     # -- lifecycle
@@ -312,6 +315,9 @@ class Broker:
         }
         for key, value in stats.items():
             info.setdefault(f"store.{key}", value)
+        counters = getattr(self.transactions, "counter_values", None)
+        if counters is not None:
+            info.update({f"tx.{key}": value for key, value in counters().items()})
         return info
 
 

@@ -34,16 +34,31 @@ for a COMMIT-type record whose PREPARED TX OFFSET is the half commit-log offset.
 is written and the transaction is recorded as committed, so it is neither checked nor delivered again.
 
 Segments that hold pending half messages are protected from retention by a guard (lowest pending half offset).
+
+**History** (what ``txmq admin tx`` shows; the design and on-disk layout are in ``docs/transactions.md``): every
+transaction the broker knows has a :class:`TransactionRecord` whose state is a :class:`TxState` (PREPARED, COMMITTED,
+ROLLED_BACK, DISCARDED) with checked transitions (:data:`TX_TRANSITIONS`). Records of pending and discarded
+transactions stay in memory; resolved ones are kept for the last ``transactionHistoryMax`` resolutions (a
+``broker.conf`` key, default 10 000) and older ones are rebuilt on demand from the half message and its op marker.
+Op markers written by txmq also carry ``TXMQ_BY`` (who decided), ``TXMQ_COPY_MSG_ID`` (offsetMsgId of the delivered
+message, or of the TRANS_CHECK_MAX_TIME_TOPIC copy) and ``KEYS`` = the half message's UNIQ_KEY (so the key index finds
+them). An operator's resume writes an op-topic record with tag ``txmq_resume`` that puts a DISCARDED transaction back
+in the pending table. Each check sent and each answer received is appended to a compact journal
+(``<store>/config/transactionJournal.log``, one line per event, rewritten without stale lines at start and when it
+grows); the half topic never grows per check.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import enum
 import heapq
 import itertools
 import logging
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +71,7 @@ from txmq.broker.topics import (
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
 )
-from txmq.errors import ProtocolError
+from txmq.errors import ProtocolError, RecordDecodeError, TxmqError
 from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import (
@@ -69,11 +84,12 @@ from txmq.protocol.record import (
     Prop,
     TransactionType,
     UniqKeyGenerator,
+    decode_offset_msg_id,
     encode_offset_msg_id,
     encode_record,
     with_transaction_type,
 )
-from txmq.util import atomic_write_json
+from txmq.util import atomic_write_bytes
 
 if TYPE_CHECKING:
     from txmq.broker.broker import Broker
@@ -81,22 +97,80 @@ if TYPE_CHECKING:
 log = logging.getLogger("txmq.broker.transactions")
 
 OP_TAG = "d"
+RESUME_TAG = "txmq_resume"  # an operator resumed a DISCARDED transaction (never tag "d": RocketMQ would drop it)
 SYS_TRANS_GROUP = "CID_RMQ_SYS_TRANS"
 PROP_DECISION = "TXMQ_DECISION"
 PROP_HALF_PHYS = "TXMQ_HALF_PHYS"
+PROP_BY = "TXMQ_BY"
+PROP_COPY_MSG_ID = "TXMQ_COPY_MSG_ID"
 COMMIT = "COMMIT"
 ROLLBACK = "ROLLBACK"
 DISCARD = "DISCARD"
-UNKNOWN = "UNKNOWN"  # an op marker without a recorded decision (written by RocketMQ)
+UNKNOWN = "UNKNOWN"  # an op marker without a recorded decision (written by RocketMQ); also a check's UNKNOWN answer
+# Who resolved a transaction (TXMQ_BY on the op marker).
+BY_PRODUCER = "producer"  # END_TRANSACTION from the producer after its local transaction
+BY_CHECK = "check"  # END_TRANSACTION answering a check (fromTransactionCheck=true)
+BY_OPERATOR = "operator"  # TXMQ_RESOLVE_TRANSACTION / TXMQ_RESUME_TRANSACTION
+BY_BROKER = "broker"  # DISCARD after transactionCheckMax checks or fileReservedTime
+BY_RECOVERY = "recovery"  # op marker re-written at start for a commit whose marker was lost in a crash
 _DECISIONS = {int(TransactionType.COMMIT): COMMIT, int(TransactionType.ROLLBACK): ROLLBACK}
 _SCAN_CHUNK = 1024
 _TAIL_SCAN = 1024  # real-queue entries searched for a committed copy when the half message has no UNIQ_KEY
+_OP_SCAN_LIMIT = 200_000  # op-queue entries searched backwards for an old marker that the key index cannot find
 _NO_GUARD = 2**63 - 1
+JOURNAL_NAME = "transactionJournal.log"
+LEGACY_CHECKS_NAME = "transactionChecks.json"
+DEFAULT_HISTORY_MAX = 10_000
+DEFAULT_RESOLUTION_WINDOW = 1_000
+_JOURNAL_SLACK = 10_000  # journal lines allowed beyond twice the live ones before it is rewritten
+
+
+class TxState(enum.Enum):
+    """A transaction's state on the broker."""
+
+    PREPARED = "PREPARED"  # half message stored, no decision: in the pending table, checked on schedule
+    COMMITTED = "COMMITTED"
+    ROLLED_BACK = "ROLLED_BACK"
+    DISCARDED = "DISCARDED"  # transactionCheckMax reached: copied to TRANS_CHECK_MAX_TIME_TOPIC, not checked
+
+
+# Allowed transitions. DISCARDED is not a decision: a late COMMIT/ROLLBACK still applies, and a resume re-opens it.
+TX_TRANSITIONS: dict[TxState, frozenset[TxState]] = {
+    TxState.PREPARED: frozenset({TxState.COMMITTED, TxState.ROLLED_BACK, TxState.DISCARDED}),
+    TxState.DISCARDED: frozenset({TxState.PREPARED, TxState.COMMITTED, TxState.ROLLED_BACK}),
+    TxState.COMMITTED: frozenset(),
+    TxState.ROLLED_BACK: frozenset(),
+}
+STATE_OF_DECISION = {COMMIT: TxState.COMMITTED, ROLLBACK: TxState.ROLLED_BACK, DISCARD: TxState.DISCARDED}
+RESOLVED = frozenset({TxState.COMMITTED, TxState.ROLLED_BACK})
+
+
+class IllegalTransactionTransition(TxmqError):
+    """A transaction state change that :data:`TX_TRANSITIONS` does not allow."""
+
+
+def next_state(state: TxState, new: TxState) -> TxState:
+    """``new`` when ``state -> new`` is allowed, else :class:`IllegalTransactionTransition`."""
+    if new not in TX_TRANSITIONS[state]:
+        raise IllegalTransactionTransition(f"a {state.value} transaction cannot become {new.value}")
+    return new
 
 
 @dataclass(slots=True)
-class PendingTransaction:
-    """One in-doubt transaction: a half message with no op marker."""
+class CheckAttempt:
+    """One CHECK_TRANSACTION_STATE that went out, and the producer's answer (None until one arrives)."""
+
+    sent_ms: int
+    answer: str | None = None  # COMMIT, ROLLBACK or UNKNOWN
+    answered_ms: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sentAt": self.sent_ms, "answer": self.answer, "answeredAt": self.answered_ms}
+
+
+@dataclass(slots=True)
+class TransactionRecord:
+    """One transaction: its pending-table entry while PREPARED, and its history in every state."""
 
     phys: int  # half commit-log offset
     size: int
@@ -106,10 +180,26 @@ class PendingTransaction:
     uniq_key: str | None
     born_ms: int
     first_due_ms: int
-    checks: int = 0
+    checks: int = 0  # checks counted toward transactionCheckMax (since the last resume)
     last_check_ms: int = 0
     due_ms: int = 0
     waiting_for_producer: bool = False
+    queue_id: int = 0  # REAL_QID
+    prepared_at: int = 0  # the half message's store time
+    half_msg_id: str = ""  # offsetMsgId of the half message
+    transaction_id: str | None = None  # when it differs from the UNIQ_KEY
+    state: TxState = TxState.PREPARED
+    resolved_at: int = 0
+    resolved_by: str | None = None
+    delivered_msg_id: str | None = None  # offsetMsgId of the committed copy in the real topic
+    discarded_at: int = 0
+    discarded_msg_id: str | None = None  # offsetMsgId of the TRANS_CHECK_MAX_TIME_TOPIC copy
+    resumed_at: list[int] = field(default_factory=list)
+    check_log: list[CheckAttempt] = field(default_factory=list)
+    history_complete: bool = True  # False when rebuilt on demand after its check history was dropped
+
+    def move_to(self, new: TxState) -> None:
+        self.state = next_state(self.state, new)
 
     def status(self, now_ms: int) -> dict[str, Any]:
         return {
@@ -124,6 +214,111 @@ class PendingTransaction:
             "waitingForProducer": self.waiting_for_producer,
         }
 
+    def summary(self, now_ms: int) -> dict[str, Any]:
+        """The row ``txmq admin tx list`` shows."""
+        prepared = self.state is TxState.PREPARED
+        return {
+            "transactionId": self.transaction_id or self.uniq_key or self.half_msg_id,
+            "uniqKey": self.uniq_key,
+            "state": self.state.value,
+            "producerGroup": self.group,
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "halfMsgId": self.half_msg_id,
+            "preparedAt": self.prepared_at,
+            "ageMs": now_ms - self.prepared_at,
+            "checks": len(self.check_log),
+            "nextCheckAt": self.due_ms if prepared else None,
+            "waitingForProducer": self.waiting_for_producer if prepared else False,
+        }
+
+    def to_json(self, now_ms: int) -> dict[str, Any]:
+        """The whole history (``txmq admin tx show``)."""
+        out = self.summary(now_ms)
+        out.update(
+            {
+                "commitLogOffset": self.phys,
+                "tranStateTableOffset": self.queue_offset,
+                "bornTimestamp": self.born_ms,
+                "resolvedAt": self.resolved_at or None,
+                "resolvedBy": self.resolved_by,
+                "deliveredMsgId": self.delivered_msg_id,
+                "discardedAt": self.discarded_at or None,
+                "discardedMsgId": self.discarded_msg_id,
+                "resumedAt": list(self.resumed_at),
+                "checksTowardMax": self.checks,
+                "checkLog": [a.to_json() for a in self.check_log],
+                "historyComplete": self.history_complete,
+            }
+        )
+        return out
+
+
+PendingTransaction = TransactionRecord  # the pending table's entries are the PREPARED records
+
+
+class TxCounters:
+    """Counters since the broker started, and a window of recent times to resolution."""
+
+    NAMES = (
+        "halfMessages",
+        "commits",
+        "rollbacks",
+        "checksSent",
+        "checkAnswers",
+        "discards",
+        "resumes",
+        "operatorResolutions",
+        "refusedDecisions",
+    )
+
+    def __init__(self, window: int) -> None:
+        self.values = dict.fromkeys(self.NAMES, 0)
+        self.resolution_ms: collections.deque[int] = collections.deque(maxlen=max(1, window))
+
+    def add(self, name: str, n: int = 1) -> None:
+        self.values[name] += n
+
+    def snapshot(self, in_doubt: int, discarded: int) -> dict[str, int]:
+        out = dict(self.values)
+        out["inDoubt"] = in_doubt
+        out["discardedNow"] = discarded
+        samples = sorted(self.resolution_ms)
+        out["resolutionSamples"] = len(samples)
+        out["resolutionP50Ms"] = _percentile(samples, 50)
+        out["resolutionP99Ms"] = _percentile(samples, 99)
+        out["resolutionMaxMs"] = samples[-1] if samples else 0
+        return out
+
+
+def _percentile(ordered: list[int], pct: int) -> int:
+    """Nearest-rank percentile of an ascending list (0 when empty)."""
+    if not ordered:
+        return 0
+    rank = max(1, -(-pct * len(ordered) // 100))
+    return ordered[rank - 1]
+
+
+def _extra_int(config: Any, key: str, default: int) -> int:
+    raw = (getattr(config, "extra", None) or {}).get(key)
+    if raw is None:
+        return default
+    try:
+        return max(0, int(str(raw).strip()))
+    except ValueError:
+        log.error("broker.conf %s=%r is not an integer; using %d", key, raw, default)
+        return default
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """The op marker in force for one half message (rebuild scratch)."""
+
+    decision: str
+    at: int
+    by: str | None
+    copy_msg_id: str | None
+
 
 class TransactionService:
     """The broker's transactional-message service; ``broker.transactions``."""
@@ -134,14 +329,24 @@ class TransactionService:
         self.broker = broker
         self.config = broker.config
         self.clock = broker.clock
-        self.pending: dict[int, PendingTransaction] = {}
+        self.pending: dict[int, TransactionRecord] = {}
         self.decided: dict[int, str] = {}
+        # Every transaction held in memory (pending, discarded, the last resolved ones), by half commit-log offset.
+        self.records: dict[int, TransactionRecord] = {}
+        self._resolved_order: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self._alt_ids: dict[str, int] = {}  # transaction ids that differ from the UNIQ_KEY
+        self.history_max = _extra_int(broker.config, "transactionHistoryMax", DEFAULT_HISTORY_MAX)
+        self.counters = TxCounters(_extra_int(broker.config, "transactionResolutionWindow", DEFAULT_RESOLUTION_WINDOW))
         self._heap: list[tuple[int, int, int]] = []  # (due_ms, seq, half phys)
         self._seq = itertools.count()
         self._inflight: dict[int, asyncio.Future[None]] = {}
         self._uniq = UniqKeyGenerator(broker.config.advertised_ip)
-        self._checks_path = Path(broker.config.store_path_root_dir) / "config" / "transactionChecks.json"
-        self._dirty = False
+        config_dir = Path(broker.config.store_path_root_dir) / "config"
+        self._journal_path = config_dir / JOURNAL_NAME
+        self._legacy_checks_path = config_dir / LEGACY_CHECKS_NAME
+        self._journal_buf: list[str] = []
+        self._journal_lines = 0  # lines in the journal file now
+        self._journal_live = 0  # lines it had when last rewritten
         self._task: asyncio.Task[None] | None = None
         self._ready = False
         self.rounds = 0  # completed check rounds (for observers and tests)
@@ -164,7 +369,7 @@ class TransactionService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        self._persist_checks(force=True)
+        self._flush_journal()
 
     def retention_guard(self) -> int:
         """The lowest half commit-log offset still pending (retention keeps its segment)."""
@@ -174,39 +379,165 @@ class TransactionService:
         now = self.clock.now_ms()
         return [p.status(now) for p in sorted(self.pending.values(), key=lambda p: p.phys)]
 
+    def counter_values(self) -> dict[str, int]:
+        """The ``tx.*`` counters (GET_BROKER_RUNTIME_INFO and TXMQ_TRANSACTION_COUNTERS)."""
+        discarded = sum(1 for r in list(self.records.values()) if r.state is TxState.DISCARDED)
+        return self.counters.snapshot(len(self.pending), discarded)
+
+    # -- history ---------------------------------------------------------------------------------------------------
+
+    def _remember(self, rec: TransactionRecord) -> None:
+        """Hold ``rec`` in memory; resolved records are kept for the last ``history_max`` resolutions."""
+        self.records[rec.phys] = rec
+        if rec.transaction_id and rec.transaction_id != rec.uniq_key:
+            self._alt_ids[rec.transaction_id] = rec.phys
+        if rec.state in RESOLVED:
+            order = self._resolved_order
+            order[rec.phys] = None
+            order.move_to_end(rec.phys)
+            while len(order) > self.history_max:
+                old, _ = order.popitem(last=False)
+                gone = self.records.pop(old, None)
+                if gone is not None and gone.transaction_id:
+                    self._alt_ids.pop(gone.transaction_id, None)
+
+    def _journal(self, line: str) -> None:
+        self._journal_buf.append(line)
+
+    def _flush_journal(self) -> None:
+        """Append the buffered journal lines now (blocking)."""
+        lines, self._journal_buf = self._journal_buf, []
+        self._append_journal(lines)
+
+    def _append_journal(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        try:
+            self._journal_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self._journal_path, "a", encoding="ascii") as f:
+                f.write("".join(lines))
+                f.flush()
+                os.fsync(f.fileno())
+            self._journal_lines += len(lines)
+        except OSError as exc:
+            log.error("appending to the transaction journal %s failed: %s", self._journal_path, exc)
+
+    def _journal_snapshot(self) -> tuple[bytes, int]:
+        """The journal rewritten from memory: the check history of every record held (built on the loop)."""
+        out: list[str] = []
+        for rec in list(self.records.values()):
+            for attempt in rec.check_log:
+                out.append(f"C {rec.phys} {attempt.sent_ms}\n")
+                if attempt.answer is not None:
+                    out.append(f"A {rec.phys} {attempt.answered_ms or 0} {attempt.answer}\n")
+        self._journal_buf.clear()  # everything buffered is in memory, so in the snapshot
+        return "".join(out).encode("ascii"), len(out)
+
+    async def _compact_journal(self) -> None:
+        data, lines = self._journal_snapshot()
+        try:
+            await asyncio.to_thread(atomic_write_bytes, self._journal_path, data)
+            self._journal_lines = self._journal_live = lines
+            with contextlib.suppress(FileNotFoundError):
+                self._legacy_checks_path.unlink()
+        except OSError as exc:
+            log.error("rewriting the transaction journal %s failed: %s", self._journal_path, exc)
+
+    def _load_journal(self) -> dict[int, list[CheckAttempt]]:
+        attempts: dict[int, list[CheckAttempt]] = {}
+        try:
+            text = self._journal_path.read_bytes().decode("ascii", "replace")
+        except FileNotFoundError:
+            text = ""
+        except OSError as exc:
+            log.error(
+                "the transaction journal %s is unreadable (%s); check history starts over", self._journal_path, exc
+            )
+            text = ""
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        elif lines:
+            lines.pop()  # a torn last line (crash while appending)
+        bad = 0
+        for line in lines:
+            parts = line.split(" ")
+            try:
+                if parts[0] == "C" and len(parts) == 3:
+                    attempts.setdefault(int(parts[1]), []).append(CheckAttempt(int(parts[2])))
+                elif parts[0] == "A" and len(parts) == 4:
+                    for attempt in reversed(attempts.get(int(parts[1]), [])):
+                        if attempt.answer is None:
+                            attempt.answer, attempt.answered_ms = parts[3], int(parts[2])
+                            break
+                else:
+                    bad += 1
+            except ValueError:
+                bad += 1
+        if bad:
+            log.error("%d malformed line(s) in the transaction journal %s skipped", bad, self._journal_path)
+        self._journal_lines = len(lines)
+        # The format before the journal: half offset -> [checks, last check ms]. Honoured once, then removed.
+        try:
+            raw = orjson.loads(self._legacy_checks_path.read_bytes())
+            for key, value in raw.get("checks", {}).items():
+                phys, count, last = int(key), int(value[0]), int(value[1])
+                if phys not in attempts:
+                    attempts[phys] = [CheckAttempt(last) for _ in range(count)]
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError, AttributeError, IndexError) as exc:
+            log.error("legacy check counts %s are unreadable (%s); ignored", self._legacy_checks_path, exc)
+        return attempts
+
     # -- rebuild ---------------------------------------------------------------------------------------------------
 
     async def rebuild(self) -> None:
-        """Rebuild the pending table and the decided map from the half and op queues, then repair half-done commits."""
-        saved = self._load_checks()
-        scanned = await asyncio.to_thread(self._scan)
-        pending, decided = scanned
+        """Rebuild the pending table, the decided map and the history from the half and op queues plus the journal,
+        then repair half-done commits."""
+        journal = await asyncio.to_thread(self._load_journal)
+        records, decided = await asyncio.to_thread(self._scan)
         self.pending.clear()
+        self.records.clear()
+        self._resolved_order.clear()
+        self._alt_ids.clear()
         self.decided = decided
         self._heap.clear()
-        for entry in pending:
-            state = saved.get(entry.phys)
-            if state is not None:
-                entry.checks, entry.last_check_ms = state
-            entry.due_ms = (
-                entry.last_check_ms + self.config.transaction_check_interval if entry.checks else entry.first_due_ms
-            )
-            self._add_pending(entry)
+        interval = self.config.transaction_check_interval
+        for rec in records:
+            rec.check_log = journal.get(rec.phys, [])
+            since = rec.resumed_at[-1] if rec.resumed_at else 0
+            counted = [a.sent_ms for a in rec.check_log if a.sent_ms >= since]
+            rec.checks = len(counted)
+            rec.last_check_ms = max(counted, default=0)
+            if rec.state is TxState.PREPARED:
+                rec.due_ms = rec.last_check_ms + interval if rec.checks else max(rec.first_due_ms, since)
+                self._add_pending(rec)
+            self._remember(rec)
         repaired = 0
         for entry in list(self.pending.values()):
             try:
-                if self._find_committed_copy(entry) is not None:
-                    await self._write_op(entry.phys, entry.queue_offset, COMMIT)
+                copy_phys = self._find_committed_copy(entry)
+                if copy_phys is not None:
+                    copy_id = encode_offset_msg_id(self.broker.store_host, copy_phys)
+                    await self._write_op(entry, COMMIT, BY_RECOVERY, copy_id)
                     self.decided[entry.phys] = COMMIT
                     self.pending.pop(entry.phys, None)
+                    self._resolve_record(entry, COMMIT, BY_RECOVERY, copy_id, count=False)
                     repaired += 1
             except Exception:
                 log.exception("checking half message at %d for a committed copy failed", entry.phys)
         if repaired:
             log.warning("%d committed transaction(s) lacked their op marker (crash after commit): written", repaired)
-        log.info("transactions: %d pending, %d decided", len(self.pending), len(self.decided))
+        await self._compact_journal()
+        log.info(
+            "transactions: %d pending, %d decided, %d in history",
+            len(self.pending),
+            len(self.decided),
+            len(self.records),
+        )
 
-    def _scan(self) -> tuple[list[PendingTransaction], dict[int, str]]:
+    def _scan(self) -> tuple[list[TransactionRecord], dict[int, str]]:
         store = self.broker.store
         assert store is not None
         half_entries: dict[int, tuple[int, int]] = {}  # half queue offset -> (phys, size)
@@ -220,6 +551,9 @@ class TransactionService:
                 offset += 1
         removed: dict[int, str] = {}  # half queue offset -> decision
         decided: dict[int, str] = {}
+        outcomes: dict[int, _Outcome] = {}  # half phys -> marker in force, in op order
+        discards: dict[int, _Outcome] = {}  # half phys -> its last DISCARD marker
+        resumes: dict[int, list[int]] = {}
         offset = store.min_offset(TRANS_OP_HALF_TOPIC, 0)
         while True:
             entries = store.read_consume_queue(TRANS_OP_HALF_TOPIC, 0, offset, _SCAN_CHUNK)
@@ -232,46 +566,107 @@ class TransactionService:
                 except Exception as exc:
                     log.error("unreadable transaction op record at %d: %s", phys, exc)
                     continue
-                if op is None or op.tags != OP_TAG:
+                if op is None or op.tags not in (OP_TAG, RESUME_TAG):
                     continue
                 try:
                     half_offset = int(op.body.decode("ascii"))
                 except (UnicodeDecodeError, ValueError):
                     log.error("transaction op record at %d has a malformed body %r", phys, op.body[:40])
                     continue
-                decision = op.properties.get(PROP_DECISION, UNKNOWN)
                 half_phys_text = op.properties.get(PROP_HALF_PHYS)
                 half_phys = int(half_phys_text) if half_phys_text and half_phys_text.isdigit() else None
                 if half_phys is None and half_offset in half_entries:
                     half_phys = half_entries[half_offset][0]
+                if op.tags == RESUME_TAG:
+                    if removed.get(half_offset) == DISCARD:
+                        del removed[half_offset]
+                        if half_phys is not None:
+                            decided.pop(half_phys, None)
+                            outcomes.pop(half_phys, None)
+                            resumes.setdefault(half_phys, []).append(op.born_timestamp)
+                    continue
+                decision = op.properties.get(PROP_DECISION, UNKNOWN)
                 previous = removed.get(half_offset)
                 if previous is None or previous == DISCARD:
                     removed[half_offset] = decision
                     if half_phys is not None:
                         decided[half_phys] = decision
-        pending: list[PendingTransaction] = []
+                        outcome = _Outcome(
+                            decision, op.born_timestamp, op.properties.get(PROP_BY), op.properties.get(PROP_COPY_MSG_ID)
+                        )
+                        outcomes.pop(half_phys, None)
+                        outcomes[half_phys] = outcome
+                        if decision == DISCARD:
+                            discards[half_phys] = outcome
+        sizes = {phys: size for phys, size in half_entries.values()}
+        records: list[TransactionRecord] = []
         for half_offset, (phys, size) in half_entries.items():
             if half_offset in removed:
                 continue
-            try:
-                record = store.read_message(phys, size)
-            except Exception as exc:
-                log.error("unreadable half message at %d (queue offset %d): %s; skipped", phys, half_offset, exc)
+            rec = self._read_record(phys, size)
+            if rec is None:
                 continue
-            if record is None:
-                continue
-            entry = self._pending_from(record)
-            if entry is None:
-                log.error("half message at %d has no REAL_TOPIC/REAL_QID/PGROUP; skipped", phys)
-                continue
-            pending.append(entry)
-        return pending, decided
+            self._apply_history(rec, None, discards.get(phys), resumes.get(phys))
+            records.append(rec)
+        # Discarded transactions (all of them: they await a late decision or a resume), then the latest resolved.
+        resolved: list[tuple[int, _Outcome]] = []
+        for phys in reversed(outcomes):
+            if len(resolved) >= self.history_max:
+                break
+            if outcomes[phys].decision != DISCARD:
+                resolved.append((phys, outcomes[phys]))
+        for phys, outcome in [(p, o) for p, o in outcomes.items() if o.decision == DISCARD] + resolved[::-1]:
+            rec = self._read_record(phys, sizes.get(phys))
+            if rec is not None:
+                self._apply_history(rec, outcome, discards.get(phys), resumes.get(phys))
+                records.append(rec)
+        return records, decided
 
-    def _pending_from(self, record: MessageRecord) -> PendingTransaction | None:
+    def _read_record(self, phys: int, size: int | None) -> TransactionRecord | None:
+        store = self.broker.store
+        assert store is not None
+        try:
+            half = store.read_message(phys, size)
+        except Exception as exc:
+            log.error("unreadable half message at %d: %s; skipped", phys, exc)
+            return None
+        if half is None or half.topic != TRANS_HALF_TOPIC:
+            return None
+        rec = self._pending_from(half)
+        if rec is None:
+            log.error("half message at %d has no REAL_TOPIC/REAL_QID/PGROUP; skipped", phys)
+        return rec
+
+    def _apply_history(
+        self,
+        rec: TransactionRecord,
+        outcome: _Outcome | None,
+        discard: _Outcome | None,
+        resumes: list[int] | None,
+    ) -> None:
+        """Fill a record rebuilt from its half message with what its op markers say."""
+        if discard is not None:
+            rec.discarded_at = discard.at
+            rec.discarded_msg_id = discard.copy_msg_id
+        rec.resumed_at = list(resumes or [])
+        if outcome is None:
+            return
+        decision = outcome.decision
+        if decision == UNKNOWN:  # a marker written by RocketMQ: committed when a committed copy exists
+            decision = COMMIT if self._find_committed_copy(rec) is not None else ROLLBACK
+        rec.state = STATE_OF_DECISION.get(decision, TxState.ROLLED_BACK)
+        if rec.state in RESOLVED:
+            rec.resolved_at = outcome.at
+            rec.resolved_by = outcome.by or ("rocketmq" if outcome.decision == UNKNOWN else None)
+            if rec.state is TxState.COMMITTED:
+                rec.delivered_msg_id = outcome.copy_msg_id
+
+    def _pending_from(self, record: MessageRecord) -> TransactionRecord | None:
         props = record.properties
         group = props.get(Prop.PGROUP)
         topic = props.get(Prop.REAL_TOPIC)
-        if not group or not topic or not props.get(Prop.REAL_QID, "").lstrip("-").isdigit():
+        qid = props.get(Prop.REAL_QID, "")
+        if not group or not topic or not qid.lstrip("-").isdigit():
             return None
         base = record.born_timestamp
         if record.store_timestamp and base > record.store_timestamp:
@@ -285,18 +680,24 @@ class TransactionService:
                 seconds = -1
             if seconds >= 0:
                 immunity = seconds * 1000
-        return PendingTransaction(
+        uniq_key = props.get(Prop.UNIQ_KEY)
+        transaction_id = props.get(Prop.TRANSACTION_ID)
+        return TransactionRecord(
             phys=record.physical_offset,
             size=record.store_size,
             queue_offset=record.queue_offset,
             group=group,
             topic=topic,
-            uniq_key=props.get(Prop.UNIQ_KEY),
+            uniq_key=uniq_key,
             born_ms=record.born_timestamp,
             first_due_ms=base + immunity,
+            queue_id=int(qid),
+            prepared_at=record.store_timestamp or record.born_timestamp,
+            half_msg_id=encode_offset_msg_id(record.store_host, record.physical_offset),
+            transaction_id=transaction_id if transaction_id and transaction_id != uniq_key else None,
         )
 
-    def _find_committed_copy(self, entry: PendingTransaction) -> int | None:
+    def _find_committed_copy(self, entry: TransactionRecord) -> int | None:
         store = self.broker.store
         assert store is not None
         record = store.read_message(entry.phys, entry.size)
@@ -324,35 +725,242 @@ class TransactionService:
 
     # -- pending table ---------------------------------------------------------------------------------------------
 
-    def _add_pending(self, entry: PendingTransaction) -> None:
+    def _add_pending(self, entry: TransactionRecord) -> None:
         self.pending[entry.phys] = entry
         heapq.heappush(self._heap, (entry.due_ms, next(self._seq), entry.phys))
 
-    def _reschedule(self, entry: PendingTransaction, due_ms: int) -> None:
+    def _reschedule(self, entry: TransactionRecord, due_ms: int) -> None:
         entry.due_ms = due_ms
         heapq.heappush(self._heap, (due_ms, next(self._seq), entry.phys))
 
-    def _load_checks(self) -> dict[int, tuple[int, int]]:
+    def _resolve_record(
+        self, rec: TransactionRecord, decision: str, by: str, copy_msg_id: str | None, *, count: bool = True
+    ) -> None:
+        """Move ``rec`` to the state of ``decision`` (already applied on disk), and count it."""
+        now = self.clock.now_ms()
         try:
-            raw = orjson.loads(self._checks_path.read_bytes())
-            return {int(k): (int(v[0]), int(v[1])) for k, v in raw.get("checks", {}).items()}
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError, TypeError, AttributeError, IndexError) as exc:
-            log.error("transaction check counts %s are unreadable (%s); checks start over", self._checks_path, exc)
-            return {}
-
-    def _checks_snapshot(self) -> dict[str, Any]:
-        return {"checks": {str(p.phys): [p.checks, p.last_check_ms] for p in list(self.pending.values()) if p.checks}}
-
-    def _persist_checks(self, *, force: bool = False) -> None:
-        if not (self._dirty or force):
+            rec.move_to(STATE_OF_DECISION[decision])
+        except IllegalTransactionTransition as exc:  # the decided map already refused anything illegal
+            log.error("transaction %s: %s", rec.uniq_key or rec.phys, exc)
             return
+        if decision == DISCARD:
+            rec.discarded_at = now
+            rec.discarded_msg_id = copy_msg_id
+        else:
+            rec.resolved_at = now
+            rec.resolved_by = by
+            if decision == COMMIT:
+                rec.delivered_msg_id = copy_msg_id
+        if count:
+            c = self.counters
+            c.add({COMMIT: "commits", ROLLBACK: "rollbacks", DISCARD: "discards"}[decision])
+            if by == BY_OPERATOR:
+                c.add("operatorResolutions")
+            if decision != DISCARD:
+                c.resolution_ms.append(max(0, now - rec.prepared_at))
+        self._remember(rec)
+
+    def _note_answer(self, phys: int, group: str, answer: str) -> None:
+        """Record a producer's answer to the latest unanswered check of the half message at ``phys``."""
+        rec = self.records.get(phys)
+        if rec is None or rec.group != group:
+            return
+        for attempt in reversed(rec.check_log):
+            if attempt.answer is None:
+                now = self.clock.now_ms()
+                attempt.answer, attempt.answered_ms = answer, now
+                self._journal(f"A {phys} {now} {answer}\n")
+                self.counters.add("checkAnswers")
+                return
+
+    # -- operator control ------------------------------------------------------------------------------------------
+
+    def find(self, ident: str) -> TransactionRecord | None:
+        """The transaction known by ``ident``: a transaction id, a UNIQ_KEY, the offsetMsgId of its half message, of
+        its delivered message, or of its TRANS_CHECK_MAX_TIME_TOPIC copy. Old resolved ones are rebuilt from disk."""
+        ident = ident.strip()
+        if not ident:
+            return None
+        phys = self._alt_ids.get(ident)
+        if phys is not None and phys in self.records:
+            return self.records[phys]
+        store = self.broker.store
+        assert store is not None
+        if len(ident) in (32, 56):
+            with contextlib.suppress(RecordDecodeError):
+                _host, offset = decode_offset_msg_id(ident)
+                rec = self._find_by_offset(offset, ident.upper())
+                if rec is not None:
+                    return rec
         try:
-            atomic_write_json(self._checks_path, self._checks_snapshot())
-            self._dirty = False
-        except OSError as exc:
-            log.error("persisting transaction check counts failed: %s", exc)
+            hits = store.query_by_key(TRANS_HALF_TOPIC, ident, 16)
+        except Exception as exc:
+            log.warning("looking up transaction %s in the key index failed: %s", ident, exc)
+            hits = []
+        for phys in sorted(hits, reverse=True):  # a re-sent prepare stores a second half message: the latest wins
+            rec = self._record_at(phys)
+            if rec is not None:
+                return rec
+        return None
+
+    def _find_by_offset(self, offset: int, msg_id: str) -> TransactionRecord | None:
+        rec = self.records.get(offset)
+        if rec is not None and rec.half_msg_id == msg_id:
+            return rec
+        store = self.broker.store
+        assert store is not None
+        try:
+            record = store.read_message(offset)
+        except Exception:
+            return None
+        if record is None or encode_offset_msg_id(record.store_host, record.physical_offset) != msg_id:
+            return None
+        if record.topic == TRANS_HALF_TOPIC:
+            return self._record_at(offset)
+        if record.transaction_type == TransactionType.COMMIT and record.prepared_transaction_offset >= 0:
+            rec = self._record_at(record.prepared_transaction_offset)
+            return rec if rec is not None and rec.state is TxState.COMMITTED else None
+        if record.topic == TRANS_CHECK_MAX_TIME_TOPIC and record.properties.get(Prop.UNIQ_KEY):
+            for phys in sorted(
+                store.query_by_key(TRANS_HALF_TOPIC, record.properties[Prop.UNIQ_KEY], 16), reverse=True
+            ):
+                rec = self._record_at(phys)
+                if rec is not None:
+                    return rec
+        return None
+
+    def _record_at(self, half_phys: int) -> TransactionRecord | None:
+        """The record of the half message at ``half_phys``: from memory, or rebuilt from its op marker."""
+        rec = self.records.get(half_phys)
+        if rec is not None:
+            return rec
+        decision = self.decided.get(half_phys)
+        if decision is None:
+            return None  # not a transaction this broker tracks (a malformed half message)
+        rec = self._read_record(half_phys, None)
+        if rec is None:
+            return None
+        outcome = self._find_outcome(rec, decision)
+        self._apply_history(rec, outcome or _Outcome(decision, 0, None, None), None, None)
+        rec.history_complete = False
+        return rec
+
+    def _find_outcome(self, rec: TransactionRecord, decision: str) -> _Outcome | None:
+        """The op marker of ``rec`` that holds ``decision``: via the key index (txmq markers carry the half message's
+        UNIQ_KEY in KEYS), else by reading the op queue backwards."""
+        store = self.broker.store
+        assert store is not None
+
+        def match(op: MessageRecord | None) -> _Outcome | None:
+            if op is None or op.tags != OP_TAG or op.properties.get(PROP_DECISION, UNKNOWN) != decision:
+                return None
+            half_phys = op.properties.get(PROP_HALF_PHYS)
+            if half_phys is not None and half_phys != str(rec.phys):
+                return None
+            if half_phys is None and op.body != str(rec.queue_offset).encode("ascii"):
+                return None
+            return _Outcome(
+                decision, op.born_timestamp, op.properties.get(PROP_BY), op.properties.get(PROP_COPY_MSG_ID)
+            )
+
+        if rec.uniq_key:
+            for phys in store.query_by_key(TRANS_OP_HALF_TOPIC, rec.uniq_key, 16):
+                found = match(store.read_message(phys))
+                if found is not None:
+                    return found
+        end = store.max_offset(TRANS_OP_HALF_TOPIC, 0)
+        low = max(store.min_offset(TRANS_OP_HALF_TOPIC, 0), end - _OP_SCAN_LIMIT)
+        while end > low:
+            start = max(low, end - _SCAN_CHUNK)
+            entries = store.read_consume_queue(TRANS_OP_HALF_TOPIC, 0, start, end - start)
+            for phys, size, _code in reversed(entries):
+                with contextlib.suppress(Exception):
+                    found = match(store.read_message(phys, size))
+                    if found is not None:
+                        return found
+            end = start
+        return None
+
+    def list_in_doubt(
+        self,
+        *,
+        group: str | None = None,
+        topic: str | None = None,
+        older_than_ms: int | None = None,
+        states: frozenset[TxState] = frozenset({TxState.PREPARED, TxState.DISCARDED}),
+        limit: int = 100,
+    ) -> tuple[int, list[TransactionRecord]]:
+        """(how many match, the oldest ``limit`` of them) among pending and discarded transactions."""
+        now = self.clock.now_ms()
+        matched = [
+            r
+            for r in list(self.records.values())
+            if r.state in states
+            and (group is None or r.group == group)
+            and (topic is None or r.topic == topic)
+            and (older_than_ms is None or now - r.prepared_at >= older_than_ms)
+        ]
+        matched.sort(key=lambda r: (r.prepared_at, r.phys))
+        return len(matched), matched[: max(0, limit)]
+
+    async def operator_resolve(self, rec: TransactionRecord, decision: str) -> tuple[int, str | None]:
+        """Commit or roll back ``rec`` by hand: the END_TRANSACTION path, refused once anything decided it."""
+        if not self._ready:
+            return ResponseCode.SYSTEM_BUSY, "[TXMQ] the transaction service is not running"
+        return await self._serialised(
+            rec.phys,
+            lambda: self._decide(
+                rec.phys,
+                decision,
+                group=rec.group,
+                queue_offset=rec.queue_offset,
+                msg_id=rec.uniq_key or rec.half_msg_id,
+                by=BY_OPERATOR,
+                peer="operator",
+            ),
+        )
+
+    async def resume(self, rec: TransactionRecord) -> tuple[int, str | None]:
+        """Put a DISCARDED transaction back in the pending table; its checks start again from zero."""
+        if not self._ready:
+            return ResponseCode.SYSTEM_BUSY, "[TXMQ] the transaction service is not running"
+        return await self._serialised(rec.phys, lambda: self._resume(rec.phys))
+
+    async def _resume(self, phys: int) -> tuple[int, str | None]:
+        rec = self.records.get(phys)
+        if rec is None or rec.state is not TxState.DISCARDED:
+            if rec is None:
+                rec = self._record_at(phys)
+            state = rec.state.value if rec is not None else "unknown"
+            return ResponseCode.TRANSACTION_FAILED, (
+                f"[TXMQ] transaction {_name(rec) if rec else phys} is {state}; only a DISCARDED transaction can be "
+                "resumed"
+            )
+        store = self.broker.store
+        assert store is not None
+        try:
+            half = store.read_message(rec.phys, rec.size)
+        except Exception:
+            half = None
+        if half is None or half.topic != TRANS_HALF_TOPIC:
+            return ResponseCode.SYSTEM_ERROR, (
+                f"[TXMQ] the half message of transaction {_name(rec)} at commit-log offset {rec.phys} is no longer "
+                f"stored (retention); its copy stays in {TRANS_CHECK_MAX_TIME_TOPIC} as {rec.discarded_msg_id}"
+            )
+        if not await self._write_marker(rec, RESUME_TAG, {PROP_BY: BY_OPERATOR}):
+            return ResponseCode.SYSTEM_ERROR, "[TXMQ] storing the resume record failed; nothing changed"
+        now = self.clock.now_ms()
+        rec.move_to(TxState.PREPARED)
+        self.decided.pop(phys, None)
+        rec.resumed_at.append(now)
+        rec.checks = 0
+        rec.last_check_ms = 0
+        rec.waiting_for_producer = False
+        rec.due_ms = now
+        self._add_pending(rec)
+        self.counters.add("resumes")
+        log.warning("transaction %s of group %s resumed by an operator; checks start again", _name(rec), rec.group)
+        return ResponseCode.SUCCESS, None
 
     # -- prepare ---------------------------------------------------------------------------------------------------
 
@@ -395,9 +1003,11 @@ class TransactionService:
             record.store_timestamp = result.store_timestamp
             record.store_size = result.size
             entry = self._pending_from(record)
+            self.counters.add("halfMessages")
             if entry is not None:
                 entry.due_ms = entry.first_due_ms
                 self._add_pending(entry)
+                self._remember(entry)
             else:
                 log.warning("half message at %d has no producer group; it cannot be checked", result.physical_offset)
         return broker.send_processor._response(cmd, result, queue_id)
@@ -418,6 +1028,8 @@ class TransactionService:
             log.warning("END_TRANSACTION from %s is malformed: %s", peer, exc)
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
         decision = _DECISIONS.get(header.commitOrRollback)
+        if header.fromTransactionCheck:
+            self._note_answer(header.commitLogOffset, header.producerGroup, decision or UNKNOWN)
         if decision is None:
             if header.commitOrRollback != 0:
                 log.warning(
@@ -429,76 +1041,116 @@ class TransactionService:
             return cmd.response(ResponseCode.SUCCESS, "transaction state unknown; the broker will check it later")
         if not self._ready:
             return cmd.response(ResponseCode.SYSTEM_BUSY, "[TXMQ] the transaction service is not running")
-        phys = header.commitLogOffset
+        code, remark = await self._serialised(
+            header.commitLogOffset,
+            lambda: self._decide(
+                header.commitLogOffset,
+                decision,
+                group=header.producerGroup,
+                queue_offset=header.tranStateTableOffset,
+                msg_id=header.msgId,
+                by=BY_CHECK if header.fromTransactionCheck else BY_PRODUCER,
+                peer=peer,
+                transaction_id=header.transactionId,
+            ),
+        )
+        return cmd.response(code, remark)
+
+    async def _serialised(self, phys: int, action: Any) -> tuple[int, str | None]:
+        """Run ``action()`` with no other decision or resume of the half message at ``phys`` in progress."""
         while (busy := self._inflight.get(phys)) is not None:
             await asyncio.shield(busy)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._inflight[phys] = done
         try:
-            return await self._decide(cmd, header, decision, peer)
+            result: tuple[int, str | None] = await action()
+            return result
         finally:
             self._inflight.pop(phys, None)
             done.set_result(None)
 
     async def _decide(
-        self, cmd: RemotingCommand, header: EndTransactionRequestHeader, decision: str, peer: Any
-    ) -> RemotingCommand:
+        self,
+        phys: int,
+        decision: str,
+        *,
+        group: str,
+        queue_offset: int,
+        msg_id: str,
+        by: str,
+        peer: Any,
+        transaction_id: str | None = None,
+    ) -> tuple[int, str | None]:
         store = self.broker.store
         assert store is not None
-        phys = header.commitLogOffset
         try:
             half = store.read_message(phys)
         except Exception as exc:
-            log.warning("END_TRANSACTION %s at commit-log offset %d: record unreadable: %s", header.msgId, phys, exc)
+            log.warning("END_TRANSACTION %s at commit-log offset %d: record unreadable: %s", msg_id, phys, exc)
             half = None
         if half is None or half.topic != TRANS_HALF_TOPIC:
-            log.warning(
-                "END_TRANSACTION %s from %s: no prepared message at commit-log offset %d", header.msgId, peer, phys
-            )
-            return cmd.response(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed")
+            log.warning("END_TRANSACTION %s from %s: no prepared message at commit-log offset %d", msg_id, peer, phys)
+            return ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
         problem = None
-        if half.properties.get(Prop.PGROUP) != header.producerGroup:
+        if half.properties.get(Prop.PGROUP) != group:
             problem = "The producer group wrong"
-        elif half.queue_offset != header.tranStateTableOffset:
+        elif half.queue_offset != queue_offset:
             problem = "The transaction state table offset wrong"
         elif half.physical_offset != phys:
             problem = "The commit log offset wrong"
         if problem is not None:
             log.warning(
                 "END_TRANSACTION %s from %s refused: %s (group %s, tranStateTableOffset %d, commitLogOffset %d)",
-                header.msgId,
+                msg_id,
                 peer,
                 problem,
-                header.producerGroup,
-                header.tranStateTableOffset,
+                group,
+                queue_offset,
                 phys,
             )
-            return cmd.response(ResponseCode.SYSTEM_ERROR, problem)
+            return ResponseCode.SYSTEM_ERROR, problem
         earlier = self.decided.get(phys)
+        if earlier is not None and earlier != DISCARD and by == BY_OPERATOR:
+            self.counters.add("refusedDecisions")
+            rec = self.records.get(phys) or self._record_at(phys)
+            when = f" by {rec.resolved_by}" if rec is not None and rec.resolved_by else ""
+            return ResponseCode.TRANSACTION_FAILED, (
+                f"[TXMQ] transaction {msg_id} was already decided as {earlier}{when}; {decision} refused"
+            )
         if earlier == decision:
-            log.info("END_TRANSACTION %s: repeated %s ignored (already applied)", header.msgId, decision)
-            return cmd.response(ResponseCode.SUCCESS, f"[TXMQ] transaction already {decision.lower()}ed; nothing done")
+            log.info("END_TRANSACTION %s: repeated %s ignored (already applied)", msg_id, decision)
+            return ResponseCode.SUCCESS, f"[TXMQ] transaction already {decision.lower()}ed; nothing done"
         if earlier is not None and earlier != DISCARD:
+            self.counters.add("refusedDecisions")
             log.warning(
                 "END_TRANSACTION %s from %s: %s refused, the transaction was already decided as %s",
-                header.msgId,
+                msg_id,
                 peer,
                 decision,
                 earlier,
             )
-            return cmd.response(
-                ResponseCode.SYSTEM_ERROR,
-                f"[TXMQ] transaction {header.msgId} was already decided as {earlier}; {decision} refused",
+            return ResponseCode.SYSTEM_ERROR, (
+                f"[TXMQ] transaction {msg_id} was already decided as {earlier}; {decision} refused"
             )
+        copy_msg_id = None
         if decision == COMMIT:
-            error = await self._put_commit(half, cmd)
-            if error is not None:
-                return error
+            stored = await self._put_commit(half)
+            if isinstance(stored, tuple):
+                return stored
+            copy_msg_id = encode_offset_msg_id(self.broker.store_host, stored)
+        rec = self.records.get(phys)
+        if rec is None:
+            rec = self._pending_from(half)
+        if rec is not None and transaction_id and transaction_id != rec.uniq_key:
+            rec.transaction_id = transaction_id
         self.decided[phys] = decision
         self.pending.pop(phys, None)
-        self._dirty = True
-        await self._write_op(phys, half.queue_offset, decision)
-        return cmd.response(ResponseCode.SUCCESS)
+        await self._write_op(rec, decision, by, copy_msg_id, half=half)
+        if rec is not None:
+            self._resolve_record(rec, decision, by, copy_msg_id)
+        if by == BY_OPERATOR:
+            log.warning("transaction %s of group %s: %s by an operator", msg_id, group, decision)
+        return ResponseCode.SUCCESS, None
 
     def _commit_record(self, half: MessageRecord) -> MessageRecord:
         props = dict(half.properties)
@@ -519,54 +1171,74 @@ class TransactionService:
             properties=props,
         )
 
-    async def _put_commit(self, half: MessageRecord, cmd: RemotingCommand) -> RemotingCommand | None:
-        """Store the committed copy; returns an error response, or None when it is stored."""
+    async def _put_commit(self, half: MessageRecord) -> int | tuple[int, str]:
+        """Store the committed copy; returns its commit-log offset, or (error code, remark)."""
         from txmq.broker.send import SendError
 
         try:
             record = self._commit_record(half)
         except (KeyError, ValueError) as exc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"the prepared message lacks its real topic/queue: {exc}")
+            return ResponseCode.SYSTEM_ERROR, f"the prepared message lacks its real topic/queue: {exc}"
         delay = record.properties.get(Prop.DELAY)
         if delay and delay != "0":
             try:
                 record = self.broker.schedule.redirect(record, delay)
             except SendError as exc:
-                return cmd.response(exc.code, exc.remark)
+                return exc.code, exc.remark
         assert self.broker.store is not None
         result = await self.broker.store.put(record)
         code = self.broker.put_status_code(result)
         if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
             log.error("committing half message at %d failed: %s", half.physical_offset, result)
-            return cmd.response(code, f"storing the committed message failed: {result.status.value}")
-        return None
+            return code, f"storing the committed message failed: {result.status.value}"
+        return int(result.physical_offset)
 
-    async def _write_op(self, half_phys: int, half_queue_offset: int, decision: str) -> bool:
+    async def _write_op(
+        self,
+        rec: TransactionRecord | None,
+        decision: str,
+        by: str,
+        copy_msg_id: str | None,
+        *,
+        half: MessageRecord | None = None,
+    ) -> bool:
+        """The op marker (tag ``d``) of a decision."""
+        props = {PROP_DECISION: decision, PROP_BY: by}
+        if copy_msg_id:
+            props[PROP_COPY_MSG_ID] = copy_msg_id
+        if rec is None:
+            assert half is not None
+            target = _Target(half.physical_offset, half.queue_offset, half.properties.get(Prop.UNIQ_KEY))
+        else:
+            target = _Target(rec.phys, rec.queue_offset, rec.uniq_key)
+        return await self._write_marker(target, OP_TAG, props)
+
+    async def _write_marker(self, target: Any, tag: str, extra: dict[str, str]) -> bool:
+        """An op-topic record about the half message ``target`` (``phys``, ``queue_offset``, ``uniq_key``)."""
         broker = self.broker
         assert broker.store is not None
         if broker.topics.ensure(TRANS_OP_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)[1]:
             broker.topic_changed()
         now = self.clock.now_ms()
+        props = {Prop.TAGS: tag, Prop.UNIQ_KEY: self._uniq.next(now), PROP_HALF_PHYS: str(target.phys), **extra}
+        if target.uniq_key:
+            props[Prop.KEYS] = target.uniq_key  # the key index then finds a transaction's markers
         record = MessageRecord(
             topic=TRANS_OP_HALF_TOPIC,
-            body=str(half_queue_offset).encode("ascii"),
+            body=str(target.queue_offset).encode("ascii"),
             queue_id=0,
             born_timestamp=now,
             born_host=broker.store_host,
             store_host=broker.store_host,
-            properties={
-                Prop.TAGS: OP_TAG,
-                Prop.UNIQ_KEY: self._uniq.next(now),
-                PROP_DECISION: decision,
-                PROP_HALF_PHYS: str(half_phys),
-            },
+            properties=props,
         )
         result = await broker.store.put(record)
         if not result.ok:
             log.error(
-                "writing the %s op marker for half message %d failed: %s (a restart re-derives it)",
-                decision,
-                half_phys,
+                "writing the %s op record (%s) for half message %d failed: %s (a restart re-derives it)",
+                tag,
+                extra.get(PROP_DECISION, ""),
+                target.phys,
                 result,
             )
             return False
@@ -613,19 +1285,18 @@ class TransactionService:
                 log.exception("checking transaction at commit-log offset %d failed; retrying later", entry.phys)
                 if self.pending.get(entry.phys) is entry:
                     self._reschedule(entry, now + interval)
-        if self._dirty:
-            snapshot = self._checks_snapshot()
-            try:
-                await asyncio.to_thread(atomic_write_json, self._checks_path, snapshot)
-                self._dirty = False
-            except OSError as exc:
-                log.error("persisting transaction check counts failed: %s", exc)
+        if self._journal_lines > 2 * self._journal_live + _JOURNAL_SLACK:
+            await self._compact_journal()
+        elif self._journal_buf:
+            lines, self._journal_buf = self._journal_buf, []
+            await asyncio.to_thread(self._append_journal, lines)
         self._commit_progress()
         self.rounds += 1
         return sent
 
     def _too_old(self, entry: PendingTransaction, now: int) -> bool:
-        return now - entry.born_ms > self.config.file_reserved_time * 3_600_000
+        # By store time, as retention counts: a producer's wrong born time must not discard a fresh message.
+        return now - (entry.prepared_at or entry.born_ms) > self.config.file_reserved_time * 3_600_000
 
     def _commit_progress(self) -> None:
         """Record RocketMQ's consumed offsets of the half and op queues for CID_RMQ_SYS_TRANS (for admin tools)."""
@@ -689,11 +1360,13 @@ class TransactionService:
         entry.waiting_for_producer = False
         entry.checks += 1
         entry.last_check_ms = now
-        self._dirty = True
+        entry.check_log.append(CheckAttempt(now))
+        self._journal(f"C {entry.phys} {now}\n")
+        self.counters.add("checksSent")
         log.debug("checked transaction %s (%d) with %s", entry.uniq_key, entry.checks, channel.client_id)
         return True
 
-    async def _discard(self, entry: PendingTransaction) -> None:
+    async def _discard(self, entry: TransactionRecord) -> None:
         broker = self.broker
         store = broker.store
         assert store is not None
@@ -719,10 +1392,11 @@ class TransactionService:
             raise OSError(f"copying to {TRANS_CHECK_MAX_TIME_TOPIC} failed: {result}")
         if self.pending.get(entry.phys) is not entry:
             return  # decided while the copy was stored: the decision stands
+        copy_msg_id = encode_offset_msg_id(broker.store_host, result.physical_offset)
         self.pending.pop(entry.phys, None)
         self.decided[entry.phys] = DISCARD
-        self._dirty = True
-        await self._write_op(entry.phys, entry.queue_offset, DISCARD)
+        await self._write_op(entry, DISCARD, BY_BROKER, copy_msg_id)
+        self._resolve_record(entry, DISCARD, BY_BROKER, copy_msg_id)
         log.warning(
             "transaction %s of group %s unresolved after %d checks: moved to %s",
             entry.uniq_key,
@@ -730,3 +1404,14 @@ class TransactionService:
             entry.checks,
             TRANS_CHECK_MAX_TIME_TOPIC,
         )
+
+
+@dataclass(slots=True)
+class _Target:
+    phys: int
+    queue_offset: int
+    uniq_key: str | None
+
+
+def _name(rec: TransactionRecord) -> str:
+    return rec.transaction_id or rec.uniq_key or rec.half_msg_id

@@ -14,6 +14,7 @@ from txmq.client.message import MessageExt, MessageQueue, retry_topic
 from txmq.client.producer import check_topic
 from txmq.client.route import TopicRoute
 from txmq.errors import MQBrokerError, MQClientError, NoRouteError, RecordDecodeError, RemotingError
+from txmq.protocol.codes import ResponseCode, TxmqRequestCode
 from txmq.protocol.headers import CreateTopicRequestHeader
 from txmq.protocol.record import Prop, decode_offset_msg_id
 
@@ -300,6 +301,72 @@ class Admin:
         assert last is not None
         raise last
 
+    async def reset_offset(self, group: str, topic: str, to: str | int) -> list[dict[str, Any]]:
+        """Move ``group``'s offsets on ``topic`` to ``"earliest"``, ``"latest"`` or the first message stored at or
+        after a timestamp (epoch ms), on every broker of the topic; online consumers restart from there."""
+        from txmq.protocol.codes import TxmqConsumerRequestCode
+
+        check_topic(topic)
+        target = str(to).strip().lower()
+        if target not in ("earliest", "latest") and not target.isdigit():
+            raise MQClientError(f"reset target must be earliest, latest or a timestamp in ms, got {to!r}")
+        rows: list[dict[str, Any]] = []
+        for addr in (await self.topic_route(topic)).master_addrs():
+            data = await self.instance.api.txmq_consumer_admin(
+                addr,
+                TxmqConsumerRequestCode.RESET_CONSUMER_OFFSET,
+                {"consumerGroup": group, "topic": topic, "to": target},
+            )
+            for row in data.get("offsets") or []:
+                row["notifiedConsumers"] = data.get("notifiedConsumers", 0)
+                rows.append(row)
+        return sorted(rows, key=lambda r: (r.get("brokerName", ""), int(r.get("queueId", 0))))
+
+    async def _dlq_brokers(self, group: str) -> list[str]:
+        try:
+            return (await self.topic_route(f"%DLQ%{group}")).master_addrs()
+        except NoRouteError:
+            return []
+
+    async def dead_letters(self, group: str, max_num: int = 1000) -> list[dict[str, Any]]:
+        """The messages in ``%DLQ%<group>``: origin topic and id, reconsume times, store time, reason, resent."""
+        from txmq.protocol.codes import TxmqConsumerRequestCode
+
+        rows: list[dict[str, Any]] = []
+        for addr in await self._dlq_brokers(group):
+            data = await self.instance.api.txmq_consumer_admin(
+                addr, TxmqConsumerRequestCode.LIST_DEAD_LETTERS, {"consumerGroup": group, "maxNum": str(max_num)}
+            )
+            for row in data.get("messages") or []:
+                row["brokerAddr"] = addr
+                rows.append(row)
+        return sorted(rows, key=lambda r: (int(r.get("storeTimestamp", 0)), r.get("offsetMsgId", "")))[:max_num]
+
+    async def resend_dead_letters(
+        self, group: str, msg_ids: Sequence[str] | None = None, *, all_messages: bool = False
+    ) -> dict[str, list[str]]:
+        """Put dead letters back on their original topic with the reconsume count reset. Ids are offsetMsgIds,
+        UNIQ_KEYs or ORIGIN_MESSAGE_IDs. A message already resent is reported under ``alreadyResent``."""
+        from txmq.protocol.codes import TxmqConsumerRequestCode
+
+        if not all_messages and not msg_ids:
+            raise MQClientError("give message ids or all_messages=True")
+        ext = {"consumerGroup": group}
+        if all_messages:
+            ext["all"] = "true"
+        else:
+            ext["msgIds"] = ",".join(msg_ids or [])
+        report: dict[str, list[str]] = {"resent": [], "alreadyResent": [], "notFound": [], "failed": []}
+        brokers = await self._dlq_brokers(group)
+        for addr in brokers:
+            data = await self.instance.api.txmq_consumer_admin(addr, TxmqConsumerRequestCode.RESEND_DEAD_LETTERS, ext)
+            for key in report:
+                report[key].extend(str(v) for v in data.get(key) or [])
+        # With several brokers an id is "not found" only if no broker had it.
+        found = set(report["resent"]) | set(report["alreadyResent"]) | {f.split(":")[0] for f in report["failed"]}
+        report["notFound"] = sorted(set(report["notFound"]) - found) if brokers else list(msg_ids or [])
+        return report
+
     # -- messages -------------------------------------------------------------------------------------------------
 
     async def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
@@ -354,3 +421,160 @@ class Admin:
                 if ok and m.topic == topic:
                     found[(b.broker_name, m.commit_log_offset)] = m
         return sorted(found.values(), key=lambda m: (m.store_timestamp, m.commit_log_offset))[: max(1, max_num)]
+
+    # -- transactions (txmq's own admin requests; docs/transactions.md) --------------------------------------------
+
+    async def _master_addrs(self) -> list[str]:
+        addrs = (await self.cluster_info()).master_addrs()
+        if not addrs:
+            raise MQClientError("no master broker is registered with the name server")
+        return addrs
+
+    async def list_transactions(
+        self,
+        group: str | None = None,
+        topic: str | None = None,
+        older_than_ms: int | None = None,
+        limit: int = 100,
+        states: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """In-doubt transactions (PREPARED and DISCARDED unless ``states`` says otherwise) of every master broker,
+        oldest first, at most ``limit``. Each row carries ``brokerName`` and ``brokerAddr``."""
+        if limit < 0:
+            raise MQClientError(f"limit must be >= 0, got {limit}")
+        body: dict[str, Any] = {"limit": limit}
+        if group:
+            body["group"] = group
+        if topic:
+            body["topic"] = topic
+        if older_than_ms is not None:
+            body["olderThanMs"] = older_than_ms
+        if states:
+            body["states"] = [s.upper() for s in states]
+        rows: list[dict[str, Any]] = []
+        for addr in await self._master_addrs():
+            data = await self.instance.api.txmq_admin(addr, TxmqRequestCode.TXMQ_LIST_TRANSACTIONS, body)
+            for row in data.get("transactions") or []:
+                row.setdefault("brokerName", data.get("brokerName"))
+                row.setdefault("brokerAddr", addr)
+                rows.append(row)
+        rows.sort(key=lambda r: (int(r.get("preparedAt") or 0), str(r.get("brokerAddr"))))
+        return rows[:limit]
+
+    async def _on_owner(self, code: TxmqRequestCode, body: dict[str, Any]) -> dict[str, Any]:
+        """Send ``body`` to each master until one knows the transaction (QUERY_NOT_FOUND means: ask the next)."""
+        ident = body["id"]
+        not_found: list[str] = []
+        for addr in await self._master_addrs():
+            try:
+                data = await self.instance.api.txmq_admin(addr, code, body)
+            except MQBrokerError as exc:
+                if exc.code == ResponseCode.QUERY_NOT_FOUND:
+                    not_found.append(addr)
+                    continue
+                raise
+            out = dict(data.get("transaction") or {})
+            out.setdefault("brokerName", data.get("brokerName"))
+            out.setdefault("brokerAddr", addr)
+            return out
+        raise MQBrokerError(
+            ResponseCode.QUERY_NOT_FOUND,
+            f"no broker knows transaction {ident} (asked {', '.join(not_found)}); give a transaction id, UNIQ_KEY, "
+            "or the msgId of its half, delivered or discarded message",
+        )
+
+    async def transaction(self, ident: str) -> dict[str, Any]:
+        """One transaction's history by transaction id, UNIQ_KEY or msgId (half, delivered or discarded copy)."""
+        return await self._on_owner(TxmqRequestCode.TXMQ_GET_TRANSACTION, {"id": ident})
+
+    async def resolve_transaction(self, ident: str, decision: str) -> dict[str, Any]:
+        """Commit or roll back an in-doubt transaction by hand ("commit" or "rollback"). Refused (MQBrokerError,
+        TRANSACTION_FAILED) once anything decided it; returns the transaction afterwards."""
+        normalized = decision.strip().upper()
+        if normalized not in ("COMMIT", "ROLLBACK"):
+            raise MQClientError(f'decision must be "commit" or "rollback", got {decision!r}')
+        return await self._on_owner(TxmqRequestCode.TXMQ_RESOLVE_TRANSACTION, {"id": ident, "decision": normalized})
+
+    async def resume_transaction(self, ident: str) -> dict[str, Any]:
+        """Put a DISCARDED transaction back in its broker's pending table: checks start again from zero."""
+        return await self._on_owner(TxmqRequestCode.TXMQ_RESUME_TRANSACTION, {"id": ident})
+
+    async def transaction_counters(self) -> dict[str, dict[str, int]]:
+        """The transaction counters of every master broker, keyed by address."""
+        out: dict[str, dict[str, int]] = {}
+        for addr in await self._master_addrs():
+            data = await self.instance.api.txmq_admin(addr, TxmqRequestCode.TXMQ_TRANSACTION_COUNTERS, {})
+            out[addr] = {str(k): int(v) for k, v in (data.get("counters") or {}).items()}
+        return out
+
+    # -- ACL (codes 50-53 on each broker; docs in README "Access control") -----------------------------------------
+
+    async def master_broker_addrs(self, cluster: str | None = None) -> list[str]:
+        """Master addresses of ``cluster`` (every cluster when None), from the name server."""
+        info = await self.cluster_info()
+        if cluster is not None and cluster not in info.clusters:
+            raise MQClientError(f"cluster {cluster!r} is unknown to the name server (known: {sorted(info.clusters)})")
+        return info.master_addrs(cluster)
+
+    async def acl_info(self, broker_addr: str) -> dict[str, Any]:
+        """GET_BROKER_CLUSTER_ACL_INFO: RocketMQ's version fields plus txmq's body (accounts with masked secrets,
+        global whitelist, per-file digests and whether each file's content is in force)."""
+        from txmq.protocol.codes import RequestCode
+
+        resp = await self.instance.api.acl_request(broker_addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO, {})
+        info: dict[str, Any] = dict(resp.ext_fields)
+        if resp.body:
+            info.update(fastjson.loads(resp.body))
+        return info
+
+    async def update_acl_account(
+        self,
+        broker_addr: str,
+        access_key: str,
+        *,
+        secret_key: str | None = None,
+        white_remote_address: str | None = None,
+        admin: bool | None = None,
+        default_topic_perm: str | None = None,
+        default_group_perm: str | None = None,
+        topic_perms: Sequence[str] | None = None,
+        group_perms: Sequence[str] | None = None,
+    ) -> str:
+        """UPDATE_AND_CREATE_ACL_CONFIG. None leaves a field as it is; ``topic_perms`` / ``group_perms``
+        (``name=PERM`` items) replace the account's whole list. Returns the broker's remark (the file written)."""
+        from txmq.protocol.codes import RequestCode
+
+        ext = {"accessKey": access_key}
+        optional = {
+            "secretKey": secret_key,
+            "whiteRemoteAddress": white_remote_address,
+            "admin": None if admin is None else ("true" if admin else "false"),
+            "defaultTopicPerm": default_topic_perm,
+            "defaultGroupPerm": default_group_perm,
+            "topicPerms": None if topic_perms is None else ",".join(topic_perms),
+            "groupPerms": None if group_perms is None else ",".join(group_perms),
+        }
+        ext.update({k: v for k, v in optional.items() if v is not None})
+        resp = await self.instance.api.acl_request(broker_addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, ext)
+        return resp.remark or ""
+
+    async def delete_acl_account(self, broker_addr: str, access_key: str) -> str:
+        """DELETE_ACL_CONFIG."""
+        from txmq.protocol.codes import RequestCode
+
+        ext = {"accessKey": access_key}
+        resp = await self.instance.api.acl_request(broker_addr, RequestCode.DELETE_ACL_CONFIG, ext)
+        return resp.remark or ""
+
+    async def update_global_white_addrs(
+        self, broker_addr: str, addresses: Sequence[str], acl_file: str | None = None
+    ) -> str:
+        """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: replace the global whitelist of the broker's main ACL file (or of
+        ``acl_file``, one of its files). An empty list clears it."""
+        from txmq.protocol.codes import RequestCode
+
+        ext = {"globalWhiteAddrs": ",".join(addresses)}
+        if acl_file:
+            ext["aclFileFullPath"] = acl_file
+        resp = await self.instance.api.acl_request(broker_addr, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, ext)
+        return resp.remark or ""

@@ -26,7 +26,7 @@ from txmq.client.message import (
 )
 from txmq.client.route import TopicRoute
 from txmq.errors import MQBrokerError, MQClientError, NoRouteError, RecordDecodeError
-from txmq.protocol.codes import RequestCode, ResponseCode
+from txmq.protocol.codes import RequestCode, ResponseCode, TxmqRequestCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import (
     ConsumerGroupHeader,
@@ -318,6 +318,7 @@ class MQClientAPI:
         delay_level: int,
         max_reconsume_times: int,
         timeout: float = 5.0,
+        reason: str | None = None,
     ) -> None:
         ext = ConsumerSendMsgBackRequestHeader(
             offset=message.commit_log_offset,
@@ -328,7 +329,9 @@ class MQClientAPI:
             unitMode=False,
             maxReconsumeTimes=max_reconsume_times,
         ).to_ext()
-        resp = await self._call(addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext), timeout)
+        cmd = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext)
+        cmd.remark = reason  # txmq brokers keep it with the message (shown by `txmq admin dlq list`)
+        resp = await self._call(addr, cmd, timeout)
         if resp.code != _SUCCESS:
             _raise_for(resp, addr)
 
@@ -359,6 +362,19 @@ class MQClientAPI:
         resp = await self._call(addr, cmd, timeout)
         if resp.code != _SUCCESS:
             _raise_for(resp, addr)
+
+    # -- txmq's consumer-group admin requests (TxmqConsumerRequestCode) ------------------------------------------
+
+    async def txmq_consumer_admin(
+        self, addr: str, code: int, ext: dict[str, str], timeout: float = 10.0
+    ) -> dict[str, Any]:
+        resp = await self._call(addr, RemotingCommand.request(code, ext), timeout)
+        if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            raise MQBrokerError(resp.code, f"broker {addr} does not support txmq consumer admin requests", addr)
+        if resp.code != _SUCCESS:
+            _raise_for(resp, addr)
+        data = orjson.loads(resp.body) if resp.body else {}
+        return data if isinstance(data, dict) else {}
 
     # -- queries and admin --------------------------------------------------------------------------------------
 
@@ -431,6 +447,27 @@ class MQClientAPI:
         if resp.code != _SUCCESS:
             _raise_for(resp, addr)
         return fastjson.loads(resp.body) if resp.body else {}
+
+    # -- txmq's own admin requests (docs/transactions.md) ---------------------------------------------------------
+
+    async def txmq_admin(self, addr: str, code: TxmqRequestCode, body: dict[str, Any], timeout: float = 5.0) -> Any:
+        """One JSON request of :class:`TxmqRequestCode`; the decoded JSON answer, or MQBrokerError."""
+        cmd = RemotingCommand.request(code, {}, orjson.dumps(body))
+        resp = await self._call(addr, cmd, timeout)
+        if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            raise MQBrokerError(resp.code, f"broker {addr} is not a txmq broker with transaction admin requests", addr)
+        if resp.code != _SUCCESS:
+            _raise_for(resp, addr)
+        return orjson.loads(resp.body) if resp.body else {}
+
+    # -- ACL (RocketMQ's codes 50-53) ------------------------------------------------------------------------------
+
+    async def acl_request(self, addr: str, code: int, ext: dict[str, str], timeout: float = 5.0) -> RemotingCommand:
+        """One ACL admin request; the response, or MQBrokerError with the broker's remark."""
+        resp = await self._call(addr, RemotingCommand.request(code, ext), timeout)
+        if resp.code != _SUCCESS:
+            _raise_for(resp, addr)
+        return resp
 
 
 def _lock_body(group: str, client_id: str, mqs: Iterable[MessageQueue]) -> bytes:

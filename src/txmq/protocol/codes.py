@@ -150,3 +150,14 @@ SYSTEM_BUSY = 2
 REQUEST_CODE_NOT_SUPPORTED = 3
 RPC_RESPONSE = 1  # flag bit 0
 RPC_ONEWAY = 2  # flag bit 1
+
+
+class TxmqRequestCode(enum.IntEnum):
+    """txmq's own admin requests, 1300..1309 (unused by RocketMQ 4.x and 5.x). JSON bodies both ways; the bodies are
+    documented in docs/transactions.md. 1305..1309 are reserved for transactions."""
+
+    TXMQ_LIST_TRANSACTIONS = 1300
+    TXMQ_GET_TRANSACTION = 1301
+    TXMQ_RESOLVE_TRANSACTION = 1302
+    TXMQ_RESUME_TRANSACTION = 1303
+    TXMQ_TRANSACTION_COUNTERS = 1304
