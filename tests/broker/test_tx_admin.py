@@ -284,6 +284,8 @@ async def test_counters_and_runtime_info(h: Harness) -> None:
     assert resp.code == ResponseCode.SUCCESS
     assert (await answer_check(p, doubt, 0)).code == ResponseCode.SUCCESS
     await h.tick(30)  # doubt: checks 2 and 3, then discarded
+    _, data = await call(h, COUNTERS)
+    assert data["counters"]["discardedNow"] == 1 and data["counters"]["inDoubt"] == 0
     resp, _ = await call(h, RESUME, {"id": doubt.uniq})
     assert resp.code == ResponseCode.SUCCESS
     resp, data = await call(h, COUNTERS)

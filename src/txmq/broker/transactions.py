@@ -335,6 +335,7 @@ class TransactionService:
         self.records: dict[int, TransactionRecord] = {}
         self._resolved_order: collections.OrderedDict[int, None] = collections.OrderedDict()
         self._alt_ids: dict[str, int] = {}  # transaction ids that differ from the UNIQ_KEY
+        self.discarded_now = 0
         self.history_max = _extra_int(broker.config, "transactionHistoryMax", DEFAULT_HISTORY_MAX)
         self.counters = TxCounters(_extra_int(broker.config, "transactionResolutionWindow", DEFAULT_RESOLUTION_WINDOW))
         self._heap: list[tuple[int, int, int]] = []  # (due_ms, seq, half phys)
@@ -381,8 +382,7 @@ class TransactionService:
 
     def counter_values(self) -> dict[str, int]:
         """The ``tx.*`` counters (GET_BROKER_RUNTIME_INFO and TXMQ_TRANSACTION_COUNTERS)."""
-        discarded = sum(1 for r in list(self.records.values()) if r.state is TxState.DISCARDED)
-        return self.counters.snapshot(len(self.pending), discarded)
+        return self.counters.snapshot(len(self.pending), self.discarded_now)
 
     # -- history ---------------------------------------------------------------------------------------------------
 
@@ -503,6 +503,7 @@ class TransactionService:
         self._alt_ids.clear()
         self.decided = decided
         self._heap.clear()
+        self.discarded_now = sum(1 for rec in records if rec.state is TxState.DISCARDED)
         interval = self.config.transaction_check_interval
         for rec in records:
             rec.check_log = journal.get(rec.phys, [])
@@ -738,11 +739,13 @@ class TransactionService:
     ) -> None:
         """Move ``rec`` to the state of ``decision`` (already applied on disk), and count it."""
         now = self.clock.now_ms()
+        was_discarded = rec.state is TxState.DISCARDED
         try:
             rec.move_to(STATE_OF_DECISION[decision])
         except IllegalTransactionTransition as exc:  # the decided map already refused anything illegal
             log.error("transaction %s: %s", rec.uniq_key or rec.phys, exc)
             return
+        self.discarded_now += (rec.state is TxState.DISCARDED) - was_discarded
         if decision == DISCARD:
             rec.discarded_at = now
             rec.discarded_msg_id = copy_msg_id
@@ -951,6 +954,7 @@ class TransactionService:
             return ResponseCode.SYSTEM_ERROR, "[TXMQ] storing the resume record failed; nothing changed"
         now = self.clock.now_ms()
         rec.move_to(TxState.PREPARED)
+        self.discarded_now -= 1
         self.decided.pop(phys, None)
         rec.resumed_at.append(now)
         rec.checks = 0
