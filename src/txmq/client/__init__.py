@@ -1,7 +1,8 @@
 """txmq's Python client for RocketMQ 4.x brokers (txmq or Apache RocketMQ): asyncio first, blocking in ``.sync``.
 
-``Producer``, ``PushConsumer``, ``PullConsumer`` and ``Admin`` share one :class:`ClientInstance` per process and
-name-server set (routes, connections, heartbeats). ``txmq.client.sync`` has the same classes without ``await``.
+``Producer``, ``TransactionProducer``, ``PushConsumer``, ``PullConsumer`` and ``Admin`` share one
+:class:`ClientInstance` per process and name-server set (routes, connections, heartbeats). ``txmq.client.sync`` has
+the same classes without ``await``.
 """
 
 from txmq.client.admin import Admin, ClusterInfo, ConsumeStats, OffsetWrapper, TopicOffset
@@ -25,6 +26,12 @@ from txmq.client.pull_consumer import PullConsumer
 from txmq.client.push_consumer import PushConsumer
 from txmq.client.route import TopicRoute
 from txmq.client.selection import QueueSelector, allocate_averagely, select_by_hash
+from txmq.client.transaction import (
+    LocalTransactionState,
+    TransactionListener,
+    TransactionProducer,
+    TransactionSendResult,
+)
 from txmq.errors import MQBrokerError, MQClientError, NoRouteError
 
 MQClient = ClientInstance  # RocketMQ's other name for the shared core
@@ -38,6 +45,7 @@ __all__ = [
     "ConsumeOrderlyStatus",
     "ConsumeStats",
     "ConsumeStatus",
+    "LocalTransactionState",
     "MQBrokerError",
     "MQClient",
     "MQClientError",
@@ -57,6 +65,9 @@ __all__ = [
     "SendStatus",
     "TopicOffset",
     "TopicRoute",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
     "allocate_averagely",
     "select_by_hash",
 ]

@@ -267,6 +267,10 @@ class ClientInstance:
             self._forget(addr, conn)
             raise
 
+    def send_oneway_on(self, conn: Connection, cmd: RemotingCommand) -> None:
+        """Send a signed oneway request on ``conn``: the answer to a request a broker sent on that connection."""
+        conn.send_oneway(self._prepare(cmd))
+
     async def invoke_namesrv(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         """Ask the name servers in turn, starting with the last one that answered."""
         addrs = self.config.namesrv_addrs

@@ -253,3 +253,65 @@ class Admin(_Blocking):
         self, topic: str, uniq_key: str, begin_ms: int = 0, end_ms: int | None = None
     ) -> list[MessageExt]:
         return self._portal.run(self._async.query_message_by_uniq_key(topic, uniq_key, begin_ms, end_ms))
+
+
+# -- transactions ------------------------------------------------------------------------------------------------
+
+from txmq.client import transaction as _transaction  # noqa: E402
+from txmq.client.transaction import (  # noqa: E402
+    LocalTransactionState,
+    TransactionListener,
+    TransactionSendResult,
+    run_listener_blocking,
+)
+
+__all__ += ["TransactionProducer"]
+
+
+class TransactionProducer(Producer):
+    """Blocking :class:`txmq.client.TransactionProducer`.
+
+    ``execute_local_transaction`` runs in the thread that calls :meth:`send_message_in_transaction` (as in
+    RocketMQ's Java client), so it can use that thread's database connection; ``check_local_transaction`` runs on
+    the producer's bounded check executor.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | Sequence[str],
+        listener: TransactionListener | None = None,
+        **options: Any,
+    ) -> None:
+        self._portal = get_portal()
+        self._async = _transaction.TransactionProducer(group, namesrv_addr, listener, **options)
+
+    @property
+    def aio(self) -> _transaction.TransactionProducer:  # type: ignore[override]
+        return self._async  # type: ignore[return-value]
+
+    @property
+    def listener(self) -> TransactionListener | None:
+        return self.aio.listener
+
+    def set_listener(self, listener: TransactionListener) -> None:
+        self.aio.set_listener(listener)
+
+    def send_message_in_transaction(
+        self, message: Message, arg: Any = None, timeout: float | None = None
+    ) -> TransactionSendResult:
+        producer = self.aio
+        result = self._portal.run(producer.send_half(message, timeout))
+        error: BaseException | None = None
+        if result.status.value == "SEND_OK":
+            assert producer.listener is not None
+            state, error = run_listener_blocking(
+                producer.listener.execute_local_transaction,
+                (message, arg),
+                "execute_local_transaction",
+                message,
+                self._portal.run,
+            )
+        else:
+            state = LocalTransactionState.ROLLBACK
+        return self._portal.run(producer.end_transaction(message, result, state, error))

@@ -1,0 +1,402 @@
+"""Transactional producer: half message, local transaction, END_TRANSACTION, and answers to the broker's check-backs.
+
+``send_message_in_transaction`` sends the message as a half message (``TRAN_MSG=true``, ``PGROUP``, sysFlag
+PREPARED), runs the listener's local transaction, then tells the broker COMMIT, ROLLBACK or nothing yet (UNKNOWN)
+with a oneway END_TRANSACTION. When the decision never arrives, the broker sends CHECK_TRANSACTION_STATE to some live
+producer of the group: the request carries the whole message and its offsets, so any instance of the group answers
+for messages another instance sent. Checks run on a bounded executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import enum
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from txmq.client.instance import ClientInstance
+from txmq.client.message import DEFAULT_TOPIC, Message, MessageExt, SendResult, SendStatus
+from txmq.client.producer import Producer, check_message
+from txmq.errors import MQClientError, ProtocolError, RemotingError
+from txmq.net import Connection
+from txmq.protocol.codes import RequestCode
+from txmq.protocol.frame import RemotingCommand
+from txmq.protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from txmq.protocol.record import Prop, TransactionType, decode_offset_msg_id, decode_record
+
+log = logging.getLogger("txmq.client")
+
+
+class LocalTransactionState(enum.Enum):
+    """What a local transaction (or a check of one) concluded. RocketMQ's names are aliases."""
+
+    COMMIT = "COMMIT_MESSAGE"
+    ROLLBACK = "ROLLBACK_MESSAGE"
+    UNKNOWN = "UNKNOW"
+
+    COMMIT_MESSAGE = "COMMIT_MESSAGE"
+    ROLLBACK_MESSAGE = "ROLLBACK_MESSAGE"
+    UNKNOW = "UNKNOW"
+
+    @property
+    def commit_or_rollback(self) -> int:
+        """END_TRANSACTION's ``commitOrRollback``: 8 commit, 12 rollback, 0 unknown (the broker checks later)."""
+        return _WIRE_DECISION[self]
+
+
+_WIRE_DECISION = {
+    LocalTransactionState.COMMIT: int(TransactionType.COMMIT),
+    LocalTransactionState.ROLLBACK: int(TransactionType.ROLLBACK),
+    LocalTransactionState.UNKNOWN: int(TransactionType.NOT_TYPE),
+}
+
+
+@runtime_checkable
+class TransactionListener(Protocol):
+    """The application's side of a transaction. Either method may be a plain function or ``async def``.
+
+    Plain functions run in threads (``check_local_transaction`` on the producer's bounded check executor), so they
+    must be thread-safe; ``async def`` ones run on the client's event loop. Raising means UNKNOWN.
+    """
+
+    def execute_local_transaction(self, message: Message, arg: Any) -> Any: ...
+
+    def check_local_transaction(self, message: MessageExt) -> Any: ...
+
+
+@dataclass(slots=True)
+class TransactionSendResult(SendResult):
+    """A :class:`SendResult` for the half message plus the local transaction's outcome.
+
+    ``msg_id`` and ``transaction_id`` are the UNIQ_KEY; ``offset_msg_id`` and ``queue_offset`` locate the half
+    message on the broker.
+    """
+
+    local_transaction_state: LocalTransactionState = LocalTransactionState.UNKNOWN
+
+    @property
+    def send_status(self) -> SendStatus:
+        return self.status
+
+
+def coerce_state(value: Any, what: str) -> LocalTransactionState:
+    """A listener's return value as a state; anything unrecognisable is UNKNOWN (logged)."""
+    if isinstance(value, LocalTransactionState):
+        return value
+    if isinstance(value, str):
+        with contextlib.suppress(KeyError):
+            return LocalTransactionState[value.upper()]
+        with contextlib.suppress(ValueError):
+            return LocalTransactionState(value.upper())
+    log.warning("%s returned %r, not a LocalTransactionState; treated as UNKNOWN", what, value)
+    return LocalTransactionState.UNKNOWN
+
+
+def failed_state(exc: BaseException, what: str, msg: Message) -> LocalTransactionState:
+    log.warning("%s raised for message %s; state UNKNOWN, the broker will check it", what, msg.uniq_key, exc_info=exc)
+    return LocalTransactionState.UNKNOWN
+
+
+def run_listener_blocking(
+    fn: Callable[..., Any], args: tuple[Any, ...], what: str, msg: Message, run: Callable[[Awaitable[Any]], Any]
+) -> tuple[LocalTransactionState, BaseException | None]:
+    """Call ``fn(*args)`` in this thread (``run`` finishes an awaitable it returns); exceptions become UNKNOWN."""
+    try:
+        value = fn(*args)
+        if inspect.isawaitable(value):
+            value = run(value)
+        return coerce_state(value, what), None
+    except Exception as exc:
+        return failed_state(exc, what, msg), exc
+
+
+class TransactionProducer(Producer):
+    """A :class:`Producer` that also sends transactional messages for its group.
+
+    ``check_threads`` bounds how many checks run at once (RocketMQ's default is one thread); at most
+    ``check_backlog`` checks wait for a slot, and further ones are dropped with a warning (the broker asks again
+    at its next interval). Other options are the :class:`Producer`'s.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | Sequence[str] | None = None,
+        listener: TransactionListener | None = None,
+        *,
+        check_threads: int = 1,
+        check_backlog: int = 2000,
+        **options: Any,
+    ) -> None:
+        super().__init__(group, namesrv_addr, **options)
+        if listener is not None:
+            _validate_listener(listener)
+        if check_threads < 1:
+            raise MQClientError("check_threads must be at least 1")
+        self.listener = listener
+        self.check_threads = check_threads
+        self.check_backlog = max(1, check_backlog)
+        self._check_executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._check_slots: asyncio.Semaphore | None = None
+        self._check_tasks: set[asyncio.Task[None]] = set()
+        self._checks_waiting = 0
+        self.checks_answered = 0  # for observers and tests
+
+    def set_listener(self, listener: TransactionListener) -> None:
+        _validate_listener(listener)
+        self.listener = listener
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        if self.listener is None:
+            raise MQClientError(f"transaction producer {self.group} has no TransactionListener; pass listener=")
+        self._check_executor = concurrent.futures.ThreadPoolExecutor(
+            self.check_threads, thread_name_prefix=f"txmq-check-{self.group}"
+        )
+        self._check_slots = asyncio.Semaphore(self.check_threads)
+        try:
+            await super().start()
+        except BaseException:
+            self._check_executor.shutdown(wait=False)
+            self._check_executor = None
+            raise
+        instance = self.instance
+        instance.register_request_handler(RequestCode.CHECK_TRANSACTION_STATE, _check_handler(instance))
+        # A producer that has sent nothing yet knows no broker, so none would know to check with it. Like Java's
+        # producer, follow the auto-create template's route (every broker that accepts new topics) from the start.
+        try:
+            await instance.update_route(DEFAULT_TOPIC)
+        except (RemotingError, MQClientError) as exc:
+            log.info(
+                "transaction producer %s: no route for %s (%s); brokers learn of it once it sends",
+                self.group,
+                DEFAULT_TOPIC,
+                exc,
+            )
+        await instance.send_heartbeat_to_all()
+
+    def published_topics(self) -> set[str]:
+        return super().published_topics() | {DEFAULT_TOPIC}
+
+    async def shutdown(self) -> None:
+        if not self._started:
+            return
+        tasks = list(self._check_tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await super().shutdown()
+        if self._check_executor is not None:
+            self._check_executor.shutdown(wait=False, cancel_futures=True)
+            self._check_executor = None
+
+    async def __aenter__(self) -> TransactionProducer:
+        await self.start()
+        return self
+
+    # -- sending ------------------------------------------------------------------------------------------------
+
+    async def send_message_in_transaction(
+        self, message: Message, arg: Any = None, timeout: float | None = None
+    ) -> TransactionSendResult:
+        """Send ``message`` as a half message, run the local transaction, then commit or roll it back.
+
+        A failed half send raises (the local transaction does not run). An exception from the listener means
+        UNKNOWN: the broker checks the message later.
+        """
+        result = await self.send_half(message, timeout)
+        if result.status is SendStatus.SEND_OK:
+            listener = self.listener
+            assert listener is not None
+            state, error = await self._call_listener(
+                listener.execute_local_transaction, (message, arg), "execute_local_transaction", message, None
+            )
+        else:
+            state, error = LocalTransactionState.ROLLBACK, None  # not safely stored: do not run the transaction
+        return await self.end_transaction(message, result, state, error)
+
+    async def send_half(self, message: Message, timeout: float | None = None) -> SendResult:
+        """Step 1: store ``message`` as a half message (consumers cannot see it yet)."""
+        if self.listener is None:
+            raise MQClientError(f"transaction producer {self.group} has no TransactionListener")
+        check_message(message, self.max_message_size)
+        message.properties.pop(Prop.DELAY, None)  # RocketMQ drops the delay level of transactional messages
+        message.properties[Prop.TRAN_MSG] = "true"
+        message.properties[Prop.PGROUP] = self.group  # the group the broker asks when the decision never comes
+        result = await self.send(message, timeout)
+        message.properties[Prop.TRANSACTION_ID] = result.msg_id
+        return result
+
+    async def end_transaction(
+        self,
+        message: Message,
+        result: SendResult,
+        state: LocalTransactionState,
+        error: BaseException | None = None,
+    ) -> TransactionSendResult:
+        """Step 3: send END_TRANSACTION (oneway) to the broker holding the half message; failures are logged only."""
+        out = TransactionSendResult(
+            status=result.status,
+            msg_id=result.msg_id,
+            offset_msg_id=result.offset_msg_id,
+            message_queue=result.message_queue,
+            queue_offset=result.queue_offset,
+            transaction_id=result.msg_id,
+            region_id=result.region_id,
+            trace_on=result.trace_on,
+            local_transaction_state=state,
+        )
+        try:
+            (host, port), commit_log_offset = decode_offset_msg_id(result.offset_msg_id)
+            # The address the half message was sent to; the store host in its offsetMsgId is the fallback.
+            addr = self.instance.find_broker_addr(result.message_queue.broker_name) or f"{host}:{port}"
+            header = EndTransactionRequestHeader(
+                producerGroup=self.group,
+                tranStateTableOffset=result.queue_offset,  # the half message's queue offset in the half topic
+                commitLogOffset=commit_log_offset,
+                commitOrRollback=state.commit_or_rollback,
+                fromTransactionCheck=False,
+                msgId=result.msg_id,
+                transactionId=result.msg_id,
+            )
+            cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext(), oneway=True)
+            if error is not None:
+                cmd.remark = f"executeLocalTransactionBranch exception: {error!r}"[:512]
+            await self.instance.invoke_oneway(addr, cmd)
+        except (ProtocolError, RemotingError, MQClientError) as exc:
+            log.warning(
+                "local transaction of %s ended %s, but telling the broker failed (%s); the broker will check it",
+                result.msg_id,
+                state.name,
+                exc,
+            )
+        return out
+
+    # -- checks -------------------------------------------------------------------------------------------------
+
+    async def _call_listener(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        what: str,
+        msg: Message,
+        executor: concurrent.futures.Executor | None,
+    ) -> tuple[LocalTransactionState, BaseException | None]:
+        try:
+            if inspect.iscoroutinefunction(fn):
+                value = await fn(*args)
+            else:
+                value = await asyncio.get_running_loop().run_in_executor(executor, lambda: fn(*args))
+                if inspect.isawaitable(value):
+                    value = await value
+            return coerce_state(value, what), None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return failed_state(exc, what, msg), exc
+
+    def _schedule_check(self, conn: Connection, header: CheckTransactionStateRequestHeader, msg: MessageExt) -> None:
+        if self._checks_waiting >= self.check_backlog:
+            log.warning(
+                "transaction check of %s dropped: %d checks already wait (check_backlog); the broker will ask again",
+                header.msgId,
+                self._checks_waiting,
+            )
+            return
+        self._checks_waiting += 1
+        task = asyncio.ensure_future(self._check(conn, header, msg))
+        self._check_tasks.add(task)
+        task.add_done_callback(self._check_tasks.discard)
+
+    async def _check(self, conn: Connection, header: CheckTransactionStateRequestHeader, msg: MessageExt) -> None:
+        slots = self._check_slots
+        assert slots is not None and self.listener is not None
+        waiting = True
+        try:
+            async with slots:
+                self._checks_waiting -= 1
+                waiting = False
+                state, error = await self._call_listener(
+                    self.listener.check_local_transaction,
+                    (msg,),
+                    "check_local_transaction",
+                    msg,
+                    self._check_executor,
+                )
+        finally:
+            if waiting:
+                self._checks_waiting -= 1
+        uniq_key = msg.properties.get(Prop.UNIQ_KEY) or header.msgId or msg.offset_msg_id
+        end = EndTransactionRequestHeader(
+            producerGroup=self.group,
+            tranStateTableOffset=header.tranStateTableOffset,
+            commitLogOffset=header.commitLogOffset,
+            commitOrRollback=state.commit_or_rollback,
+            fromTransactionCheck=True,
+            msgId=uniq_key,
+            transactionId=header.transactionId or uniq_key,
+        )
+        cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, end.to_ext(), oneway=True)
+        if error is not None:
+            cmd.remark = f"checkLocalTransactionState exception: {error!r}"[:512]
+        instance = self._instance
+        if instance is None:
+            return
+        try:
+            instance.send_oneway_on(conn, cmd)
+        except RemotingError:
+            host, port = conn.peer
+            try:
+                await instance.invoke_oneway(f"{host}:{port}", cmd)
+            except (RemotingError, MQClientError) as exc:
+                log.warning("answering the transaction check of %s failed: %s", uniq_key, exc)
+                return
+        self.checks_answered += 1
+        log.debug("answered transaction check of %s: %s", uniq_key, state.name)
+
+
+def _validate_listener(listener: Any) -> None:
+    missing = [
+        name
+        for name in ("execute_local_transaction", "check_local_transaction")
+        if not callable(getattr(listener, name, None))
+    ]
+    if missing:
+        raise MQClientError(f"a TransactionListener needs {' and '.join(missing)}; {listener!r} lacks it")
+
+
+def _check_handler(instance: ClientInstance) -> Callable[[Connection, RemotingCommand], None]:
+    """CHECK_TRANSACTION_STATE for every transactional producer group of ``instance`` (chosen by the PGROUP)."""
+
+    def serve(conn: Connection, cmd: RemotingCommand) -> None:
+        try:
+            header = CheckTransactionStateRequestHeader.from_ext(cmd.ext_fields)
+            record = decode_record(cmd.body, check_crc=False)
+        except ProtocolError as exc:
+            log.warning("malformed CHECK_TRANSACTION_STATE from %s:%d ignored: %s", *conn.peer, exc)
+            return None
+        msg = MessageExt.from_record(record)
+        transaction_id = header.transactionId or msg.properties.get(Prop.UNIQ_KEY)
+        if transaction_id:
+            msg.properties[Prop.TRANSACTION_ID] = transaction_id
+        group = msg.properties.get(Prop.PGROUP)
+        producer = instance.producers.get(group or "")
+        if not isinstance(producer, TransactionProducer) or not producer._started:
+            log.warning(
+                "CHECK_TRANSACTION_STATE for %s names producer group %r, which has no transaction producer here",
+                header.msgId,
+                group,
+            )
+            return None
+        producer._schedule_check(conn, header, msg)
+        return None
+
+    return serve
