@@ -92,6 +92,12 @@ class Broker:
         self.admin = AdminProcessor(self)
         self.dispatcher = Dispatcher()
         self._register_codes()
+        self.acl: Any = None
+        if config.acl_enable:
+            from txmq.acl.service import AclService
+
+            self.acl = AclService.from_broker_config(config, clock=clock)
+            self.acl.install(self.dispatcher)
         self.stats = BrokerStats()
         self.servers: list[Server] = []
         self._namesrv_conns: dict[str, Connection] = {}
@@ -130,7 +136,7 @@ class Broker:
             asyncio.create_task(self._client_scan_loop(), name="broker-client-scan"),
             asyncio.create_task(self._offset_persist_loop(), name="broker-offsets"),
         ]
-        for extra in (self.transactions, self.schedule):
+        for extra in (self.transactions, self.schedule, self.acl):
             starter = getattr(extra, "start", None)
             if starter is not None:
                 await starter()
@@ -146,7 +152,7 @@ class Broker:
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for extra in (self.transactions, self.schedule):
+        for extra in (self.transactions, self.schedule, self.acl):
             stopper = getattr(extra, "close", None)
             if stopper is not None:
                 await stopper()

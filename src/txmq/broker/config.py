@@ -70,6 +70,9 @@ class BrokerConfig:
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     # ACL
     acl_enable: bool = False
+    acl_file: str = ""  # empty: <storePathRootDir>/../conf/plain_acl.yml
+    acl_dir: str = ""  # empty: <storePathRootDir>/../conf/acl (every *.yml / *.yaml in it)
+    acl_strict_mode: bool = False  # txmq: an account whitelist match no longer skips the signature check
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod

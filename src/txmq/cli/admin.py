@@ -63,10 +63,16 @@ def _describe_message(msg: Any) -> str:
 # -- commands ------------------------------------------------------------------------------------------------------
 
 
+def credentials(args: argparse.Namespace) -> dict[str, str]:
+    """``access_key``/``secret_key`` client options from ``--access-key``/``--secret-key`` (or the environment)."""
+    access_key, secret_key = getattr(args, "access_key", None), getattr(args, "secret_key", None)
+    return {"access_key": access_key, "secret_key": secret_key} if access_key or secret_key else {}
+
+
 async def _with_admin(args: argparse.Namespace, fn: Callable[[Any], Awaitable[int]]) -> int:
     from txmq.client import Admin
 
-    admin = Admin(args.namesrv)
+    admin = Admin(args.namesrv, **credentials(args))
     await admin.start()
     try:
         return await fn(admin)
@@ -214,7 +220,7 @@ async def consumer_progress(args: argparse.Namespace) -> int:
 async def send(args: argparse.Namespace) -> int:
     from txmq.client import Message, Producer
 
-    producer = Producer(args.group, args.namesrv)
+    producer = Producer(args.group, args.namesrv, **credentials(args))
     await producer.start()
     try:
         for i in range(args.count):
@@ -233,7 +239,7 @@ async def send(args: argparse.Namespace) -> int:
 async def tail(args: argparse.Namespace) -> int:
     from txmq.client import PullConsumer, PullStatus
 
-    consumer = PullConsumer(args.group, args.namesrv)
+    consumer = PullConsumer(args.group, args.namesrv, **credentials(args))
     await consumer.start()
     seen = 0
     try:
@@ -299,6 +305,16 @@ def add_admin_parser(sub: Any) -> None:
         "--namesrv",
         default=os.environ.get("TXMQ_NAMESRV", DEFAULT_NAMESRV),
         help=f"name server address(es), ';'-separated (default $TXMQ_NAMESRV or {DEFAULT_NAMESRV})",
+    )
+    admin.add_argument(
+        "--access-key",
+        default=os.environ.get("TXMQ_ACCESS_KEY"),
+        help="ACL accessKey to sign requests with (default $TXMQ_ACCESS_KEY)",
+    )
+    admin.add_argument(
+        "--secret-key",
+        default=os.environ.get("TXMQ_SECRET_KEY"),
+        help="ACL secretKey (default $TXMQ_SECRET_KEY; the environment keeps it out of the process list)",
     )
     what = admin.add_subparsers(dest="admin_command", required=True)
 
