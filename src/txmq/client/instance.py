@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from txmq.acl.signer import sign_request
 from txmq.client.api import MQClientAPI
 from txmq.client.config import ClientConfig, split_addr
 from txmq.client.message import DEFAULT_TOPIC
@@ -93,7 +94,6 @@ class ClientInstance:
         self._inner_producer: Any = None
         self._side_tasks: set[asyncio.Future[Any]] = set()
         self._refreshing: set[str] = set()
-        self._warned_unsigned = False
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -214,12 +214,8 @@ class ClientInstance:
         """The one place outgoing requests get their ACL fields: everything else in extFields is final by now."""
         if not self.config.has_credentials:
             return
-        if self.config.signer is None:
-            if not self._warned_unsigned:
-                self._warned_unsigned = True
-                log.warning("access_key is set but no request signer is configured; requests go out unsigned")
-            return
-        self.config.signer(cmd, self.config.access_key or "", self.config.secret_key or "")
+        signer = self.config.signer or sign_request
+        signer(cmd, self.config.access_key or "", self.config.secret_key or "")
 
     def _prepare(self, cmd: RemotingCommand) -> RemotingCommand:
         cmd.language = "PYTHON"
