@@ -1,0 +1,324 @@
+"""Transaction audit: one row per transaction found in a store folder, with summaries and anomalies.
+
+It follows the on-disk conventions of docs/transactions.md §4: a transaction is its half record (H = its commit-log
+offset) in ``RMQ_SYS_TRANS_HALF_TOPIC``; op markers (tag ``d``, ``TXMQ_DECISION``, ``TXMQ_HALF_PHYS``, body = half
+queue offset) decide it, ``txmq_resume`` records put a DISCARDED one back in doubt; a COMMIT stores a copy in the
+real topic with sysFlag COMMIT type and PREPARED TX OFFSET = H; a discard copies the half message to
+``TRANS_CHECK_MAX_TIME_TOPIC``. Checks sent are counted from ``config/transactionJournal.log`` (``C <H> <ms>`` lines;
+the older ``transactionChecks.json`` is read when there is no journal).
+
+Classification (§4.3): the first COMMIT, ROLLBACK or UNKNOWN marker in commit-log order decides; UNKNOWN (a marker
+written by RocketMQ) is a COMMIT when a committed copy exists, else a ROLLBACK. Without a decision, the last of the
+DISCARD markers and resume records says DISCARDED or back in doubt; an undecided transaction with a committed copy is
+a COMMIT whose marker was lost to a crash; anything else is PENDING. The resolution time is the deciding marker's
+BORNTIMESTAMP (the broker's clock when it decided); the prepare time is the half record's STORETIMESTAMP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from txmq.spark.errors import TxmqSparkError
+
+RESOLUTIONS = ("COMMIT", "ROLLBACK", "DISCARDED", "PENDING")
+AUDIT_COLUMNS = (
+    "producer_group",
+    "real_topic",
+    "transaction_id",
+    "uniq_key",
+    "half_commit_log_offset",
+    "prepared_at",
+    "resolved_at",
+    "resolution",
+    "checks_sent",
+    "time_to_resolution_ms",
+    "delivered_msg_id",
+    "deliveries",
+)
+
+
+def transaction_events(spark: SparkSession, store: str) -> DataFrame:
+    """The store's transaction-related records (format ``txmq-store``, view ``transactions``)."""
+    return spark.read.format("txmq-store").option("view", "transactions").load(store)
+
+
+def check_counts(spark: SparkSession, store: str) -> DataFrame:
+    """Checks sent per half message, as (half_phys, checks): ``C`` lines of ``config/transactionJournal.log`` (an
+    unterminated last line is a torn append and is ignored), else the older ``transactionChecks.json``."""
+    config = os.path.join(store, "config")
+    journal = os.path.join(config, "transactionJournal.log")
+    counts: dict[int, int] = {}
+    try:
+        with open(journal, "rb") as f:
+            data = f.read()
+        lines = data.split(b"\n")
+        for line in lines[:-1]:  # the part after the last newline is empty or torn
+            parts = line.split(b" ")
+            if len(parts) >= 3 and parts[0] == b"C" and parts[1].isdigit():
+                h = int(parts[1])
+                counts[h] = counts.get(h, 0) + 1
+    except FileNotFoundError:
+        legacy = os.path.join(config, "transactionChecks.json")
+        try:
+            with open(legacy, "rb") as f:
+                raw = json.load(f)
+            counts = {int(k): int(v[0]) for k, v in (raw.get("checks") or {}).items()}
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError, AttributeError, IndexError) as exc:
+            raise TxmqSparkError(f"transaction check counts {legacy} are unreadable: {exc}") from None
+    except OSError as exc:
+        raise TxmqSparkError(f"transaction journal {journal} is unreadable: {exc}") from None
+    return spark.createDataFrame(list(counts.items()), "half_phys bigint, journal_checks int")
+
+
+def transaction_audit(spark: SparkSession, store: str, events: DataFrame | None = None) -> DataFrame:
+    """One row per half message in ``store`` (see AUDIT_COLUMNS); lazily evaluated.
+
+    ``events`` defaults to :func:`transaction_events`, which several steps of the plan read; pass a cached or
+    materialised copy (as :func:`run_audit` does) to scan the store once."""
+    ev = events if events is not None else transaction_events(spark, store)
+    col = F.col
+    halves = ev.filter(col("kind") == "HALF").select(
+        "half_phys",
+        "half_queue_offset",
+        "producer_group",
+        col("topic").alias("real_topic"),
+        "transaction_id",
+        "uniq_key",
+        col("store_timestamp").alias("prepared_ms"),
+    )
+    by_queue_offset = halves.select(col("half_queue_offset").alias("q"), col("half_phys").alias("hp"))
+    ops = (
+        ev.filter(col("kind").isin("OP", "RESUME"))
+        .join(by_queue_offset, col("half_queue_offset") == col("q"), "left")
+        .select(
+            F.coalesce(col("half_phys"), col("hp")).alias("half_phys"),
+            "kind",
+            "decision",
+            "commit_log_offset",
+            "born_timestamp",
+        )
+    )
+    is_decision = (col("kind") == "OP") & col("decision").isin("COMMIT", "ROLLBACK", "UNKNOWN")
+    is_discard_or_resume = (col("kind") == "RESUME") | ((col("kind") == "OP") & (col("decision") == "DISCARD"))
+    event = F.struct("commit_log_offset", "kind", "decision", "born_timestamp")
+    decisions = ops.groupBy("half_phys").agg(
+        F.min(F.when(is_decision, event)).alias("first_decision"),  # structs compare field by field: log order
+        F.max(F.when(is_discard_or_resume, event)).alias("last_discard"),
+    )
+    deliveries = (
+        ev.filter(col("kind") == "DELIVERY")
+        .groupBy("half_phys")
+        .agg(
+            F.count(F.lit(1)).alias("deliveries"),
+            F.min_by("offset_msg_id", "commit_log_offset").alias("delivered_msg_id"),
+            F.min("store_timestamp").alias("delivered_ms"),
+        )
+    )
+    discard_checks = (
+        ev.filter((col("kind") == "DISCARD_COPY") & col("uniq_key").isNotNull())
+        .groupBy(col("uniq_key").alias("dk"), col("producer_group").alias("dg"))
+        .agg(F.max("checks").alias("discard_checks"))
+    )
+    joined = (
+        halves.join(decisions, "half_phys", "left")
+        .join(deliveries, "half_phys", "left")
+        .join(check_counts(spark, store), "half_phys", "left")
+        .join(discard_checks, (col("uniq_key") == col("dk")) & (col("producer_group") == col("dg")), "left")
+        .withColumn("deliveries", F.coalesce(col("deliveries"), F.lit(0)))
+    )
+    decided = col("first_decision").isNotNull()
+    decision = col("first_decision.decision")
+    discarded = col("last_discard").isNotNull() & (col("last_discard.kind") == "OP")
+    resolution = (
+        F.when(decided & (decision == "COMMIT"), F.lit("COMMIT"))
+        .when(decided & (decision == "ROLLBACK"), F.lit("ROLLBACK"))
+        .when(decided & (col("deliveries") > 0), F.lit("COMMIT"))  # UNKNOWN with a committed copy
+        .when(decided, F.lit("ROLLBACK"))
+        .when(discarded, F.lit("DISCARDED"))
+        .when(col("deliveries") > 0, F.lit("COMMIT"))  # copy stored, marker lost to a crash
+        .otherwise(F.lit("PENDING"))
+    )
+    resolved_ms = (
+        F.when(decided, col("first_decision.born_timestamp"))
+        .when(discarded, col("last_discard.born_timestamp"))
+        .when(col("deliveries") > 0, col("delivered_ms"))
+    )
+    checks = F.coalesce(
+        col("journal_checks"),
+        F.when(col("resolution") == "DISCARDED", col("discard_checks")),
+        F.when(col("resolution").isin("PENDING", "DISCARDED"), F.lit(0)),
+    )
+    return (
+        joined.withColumn("resolution", resolution)
+        .withColumn("resolved_ms", resolved_ms)
+        .select(
+            "producer_group",
+            "real_topic",
+            "transaction_id",
+            "uniq_key",
+            col("half_phys").alias("half_commit_log_offset"),
+            F.timestamp_millis("prepared_ms").alias("prepared_at"),
+            F.timestamp_millis("resolved_ms").alias("resolved_at"),
+            "resolution",
+            checks.cast("int").alias("checks_sent"),
+            (col("resolved_ms") - col("prepared_ms")).alias("time_to_resolution_ms"),
+            "delivered_msg_id",
+            col("deliveries").cast("int").alias("deliveries"),
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Summaries
+
+
+def resolutions_by_group_topic(audit: DataFrame) -> DataFrame:
+    return (
+        audit.groupBy("producer_group", "real_topic")
+        .pivot("resolution", list(RESOLUTIONS))
+        .count()
+        .fillna(0)
+        .orderBy("producer_group", "real_topic")
+    )
+
+
+def latency_percentiles(audit: DataFrame) -> DataFrame:
+    """Time from prepare to decision (ms) per resolution: count, p50, p90, p99, max."""
+    lat = F.col("time_to_resolution_ms")
+    return (
+        audit.filter(F.col("resolution") != "PENDING")
+        .groupBy("resolution")
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.percentile_approx(lat, 0.5).alias("p50_ms"),
+            F.percentile_approx(lat, 0.9).alias("p90_ms"),
+            F.percentile_approx(lat, 0.99).alias("p99_ms"),
+            F.max(lat).alias("max_ms"),
+        )
+        .orderBy("resolution")
+    )
+
+
+def oldest_in_doubt(audit: DataFrame, limit: int = 20, now_ms: int | None = None) -> DataFrame:
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return (
+        audit.filter(F.col("resolution") == "PENDING")
+        .withColumn("age_ms", F.lit(now) - F.unix_millis("prepared_at"))
+        .orderBy("prepared_at")
+        .limit(limit)
+    )
+
+
+def anomalies(audit: DataFrame, events: DataFrame) -> DataFrame:
+    """COMMIT_WITHOUT_DELIVERY, DOUBLE_DELIVERY and DELIVERY_WITHOUT_COMMIT (including deliveries whose half message
+    is not in the store at all): (anomaly, producer_group, real_topic, uniq_key, half_commit_log_offset, resolution,
+    deliveries, delivered_msg_id)."""
+    col = F.col
+    cols = [
+        "producer_group",
+        "real_topic",
+        "uniq_key",
+        "half_commit_log_offset",
+        "resolution",
+        "deliveries",
+        "delivered_msg_id",
+    ]
+    flagged = audit.select(
+        F.when((col("resolution") == "COMMIT") & (col("deliveries") == 0), F.lit("COMMIT_WITHOUT_DELIVERY"))
+        .when(col("deliveries") > 1, F.lit("DOUBLE_DELIVERY"))
+        .when((col("resolution") != "COMMIT") & (col("deliveries") > 0), F.lit("DELIVERY_WITHOUT_COMMIT"))
+        .alias("anomaly"),
+        *cols,
+    ).filter(col("anomaly").isNotNull())
+    halves = events.filter(col("kind") == "HALF").select(col("half_phys").alias("hp"))
+    orphans = (
+        events.filter(col("kind") == "DELIVERY")
+        .join(halves, col("half_phys") == col("hp"), "left_anti")
+        .groupBy("half_phys")
+        .agg(
+            F.first("producer_group").alias("producer_group"),
+            F.first("topic").alias("real_topic"),
+            F.first("uniq_key").alias("uniq_key"),
+            F.count(F.lit(1)).cast("int").alias("deliveries"),
+            F.min_by("offset_msg_id", "commit_log_offset").alias("delivered_msg_id"),
+        )
+        .select(
+            F.lit("DELIVERY_WITHOUT_COMMIT").alias("anomaly"),
+            "producer_group",
+            "real_topic",
+            "uniq_key",
+            col("half_phys").alias("half_commit_log_offset"),
+            F.lit(None).cast("string").alias("resolution"),
+            "deliveries",
+            "delivered_msg_id",
+        )
+    )
+    return flagged.unionByName(orphans)
+
+
+@dataclass
+class AuditResult:
+    out_dir: str
+    transactions: int
+    by_resolution: dict[str, int]
+    anomalies: int
+    seconds: float
+    report: str | None
+
+
+def run_audit(spark: SparkSession, store: str, out_dir: str, *, report: bool = True) -> AuditResult:
+    """Write ``events.parquet`` (the store's transaction records), ``audit.parquet``, ``anomalies.parquet``,
+    ``summary.json`` and, optionally, ``report.html`` with its charts."""
+    from txmq.spark.errors import clear_errors
+
+    started = time.perf_counter()
+    os.makedirs(out_dir, exist_ok=True)
+    with clear_errors():
+        # The store is scanned once: the events land in parquet, and every later step reads that.
+        events_path = os.path.join(out_dir, "events.parquet")
+        transaction_events(spark, store).write.mode("overwrite").parquet(events_path)
+        events = spark.read.parquet(events_path)
+        audit_path = os.path.join(out_dir, "audit.parquet")
+        transaction_audit(spark, store, events).write.mode("overwrite").parquet(audit_path)
+        audit = spark.read.parquet(audit_path)
+        counts = {r["resolution"]: int(r["count"]) for r in audit.groupBy("resolution").count().collect()}
+        found = anomalies(audit, events)
+        found.write.mode("overwrite").parquet(os.path.join(out_dir, "anomalies.parquet"))
+        anomaly_rows = spark.read.parquet(os.path.join(out_dir, "anomalies.parquet"))
+        by_group = resolutions_by_group_topic(audit)
+        latency = latency_percentiles(audit)
+        oldest = oldest_in_doubt(audit)
+        summary = {
+            "store": os.path.abspath(store),
+            "transactions": sum(counts.values()),
+            "by_resolution": {r: counts.get(r, 0) for r in RESOLUTIONS},
+            "anomalies": {r["anomaly"]: int(r["count"]) for r in anomaly_rows.groupBy("anomaly").count().collect()},
+            "by_group_topic": [r.asDict() for r in by_group.collect()],
+            "latency_ms": [r.asDict() for r in latency.collect()],
+            "oldest_in_doubt": [
+                {**r.asDict(), "prepared_at": str(r["prepared_at"])} for r in oldest.drop("resolved_at").collect()
+            ],
+        }
+        with open(os.path.join(out_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2, default=str)
+        html = None
+        if report:
+            from txmq.spark.report import write_report
+
+            html = write_report(spark, audit, anomaly_rows, summary, out_dir)
+    return AuditResult(
+        out_dir=out_dir,
+        transactions=summary["transactions"],
+        by_resolution=summary["by_resolution"],
+        anomalies=sum(summary["anomalies"].values()),
+        seconds=time.perf_counter() - started,
+        report=html,
+    )

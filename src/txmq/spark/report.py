@@ -1,0 +1,105 @@
+"""The audit's HTML report: summary tables and PNG charts (aggregated in Spark, drawn with matplotlib's Agg)."""
+
+from __future__ import annotations
+
+import html
+import os
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+RESOLUTION_COLOURS = {"COMMIT": "#2e7d32", "ROLLBACK": "#c62828", "DISCARDED": "#6d4c41", "PENDING": "#f9a825"}
+
+
+def _table(rows: list[dict[str, Any]], empty: str = "none") -> str:
+    if not rows:
+        return f"<p><em>{html.escape(empty)}</em></p>"
+    head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0])
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in r.values()) + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _resolution_chart(summary: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summary["by_group_topic"]
+    labels = [f"{r['producer_group']}\n{r['real_topic']}" for r in rows] or ["(none)"]
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(labels)), 4))
+    bottom = [0] * len(labels)
+    for res, colour in RESOLUTION_COLOURS.items():
+        values = [int(r.get(res, 0) or 0) for r in rows] or [0]
+        ax.bar(labels, values, bottom=bottom, label=res, color=colour)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set_ylabel("transactions")
+    ax.set_title("Resolutions per producer group and topic")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _latency_chart(audit: DataFrame, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # Log-spaced buckets (4 per decade) counted in Spark; only the bucket counts come to the driver.
+    bucket = F.floor(F.log10(F.greatest(F.col("time_to_resolution_ms"), F.lit(1))) * 4).cast("int")
+    counts = (
+        audit.filter(F.col("time_to_resolution_ms").isNotNull())
+        .groupBy("resolution", bucket.alias("b"))
+        .count()
+        .toPandas()
+    )
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for res, colour in RESOLUTION_COLOURS.items():
+        part = counts[counts["resolution"] == res].sort_values("b")
+        if len(part):
+            ax.step([10 ** (b / 4) for b in part["b"]], part["count"], where="post", label=res, color=colour)
+    ax.set_xscale("log")
+    ax.set_xlabel("time to resolution (ms)")
+    ax.set_ylabel("transactions")
+    ax.set_title("Time from prepare to decision")
+    if len(counts):
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_report(
+    spark: SparkSession, audit: DataFrame, anomaly_rows: DataFrame, summary: dict[str, Any], out_dir: str
+) -> str:
+    """Write ``report.html`` with ``resolutions.png`` and ``latency.png`` beside it; returns the HTML path."""
+    _resolution_chart(summary, os.path.join(out_dir, "resolutions.png"))
+    _latency_chart(audit, os.path.join(out_dir, "latency.png"))
+    sample = [r.asDict() for r in anomaly_rows.orderBy("anomaly", "half_commit_log_offset").limit(50).collect()]
+    totals = [{"resolution": k, "transactions": v} for k, v in summary["by_resolution"].items()]
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>txmq transaction audit</title>
+<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse;margin-bottom:1.5em}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}} th{{background:#eee}}</style></head><body>
+<h1>Transaction audit</h1>
+<p>Store: <code>{html.escape(summary["store"])}</code> &middot; {summary["transactions"]} transactions</p>
+<h2>Resolutions</h2>{_table(totals)}
+<img src="resolutions.png" alt="resolutions per group and topic">
+{_table(summary["by_group_topic"])}
+<h2>Time to resolution</h2>{_table(summary["latency_ms"], "no resolved transactions")}
+<img src="latency.png" alt="time to resolution">
+<h2>Oldest in-doubt transactions</h2>{_table(summary["oldest_in_doubt"], "no transaction is in doubt")}
+<h2>Anomalies</h2>{_table([{"anomaly": k, "count": v} for k, v in summary["anomalies"].items()], "none found")}
+{_table(sample, "")}
+</body></html>
+"""
+    path = os.path.join(out_dir, "report.html")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(page)
+    return path

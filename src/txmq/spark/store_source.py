@@ -1,0 +1,441 @@
+"""``spark.read.format("txmq-store")``: a broker's store folder read directly, with no broker running.
+
+One partition per ``splitBytes`` (64 MiB) of each commit-log segment. Records never span segments (a segment ends with
+a blank filler), so a partition walks its segment from the first byte by TOTALSIZE to its range, then decodes. A
+record is taken when its header, field lengths and PHYSICALOFFSET check out and its body CRC matches; a record whose
+CRC alone fails is skipped with a warning (its size still chains to the next one). A segment ends at zeros (the end of
+data), at a blank, or at the first record that does not chain (the torn tail of a store copied from a killed broker).
+Nothing is written to the folder.
+
+Two views (option ``view``): ``messages`` (default), every record, half and op records included, as the ``txmq``
+columns plus ``commit_log_offset`` and ``store_size``; ``transactions``, one compact row per transaction-related record
+(half message, op marker, committed delivery, discard copy), which is what the transaction audit joins.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from txmq.errors import RecordDecodeError
+from txmq.protocol.record import (
+    BLANK_MAGIC_CODE,
+    MAGIC_CODE,
+    MessageRecord,
+    Prop,
+    decode_properties,
+    decode_record,
+)
+from txmq.spark.common import STORE_COLUMNS, STORE_SCHEMA, bool_option, check_options, message_row, topics_option
+from txmq.spark.errors import TxmqSparkError
+
+log = logging.getLogger("txmq.spark")
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+OP_TAG = "d"
+RESUME_TAG = "txmq_resume"  # an operator put a DISCARDED transaction back in doubt (docs/transactions.md §4.2)
+PROP_DECISION = "TXMQ_DECISION"  # txmq's op-marker extras (txmq.broker.transactions)
+PROP_HALF_PHYS = "TXMQ_HALF_PHYS"
+TX_COMMIT_TYPE = 0x8
+TX_MASK = 0xC
+
+TX_COLUMNS = (
+    ("kind", "string"),  # HALF, OP, RESUME, DELIVERY, DISCARD_COPY
+    ("commit_log_offset", "bigint"),
+    ("half_phys", "bigint"),  # the half message's commit-log offset (null on an op marker written by RocketMQ)
+    ("half_queue_offset", "bigint"),
+    ("producer_group", "string"),
+    ("topic", "string"),  # REAL_TOPIC of a half message / the topic of a delivery
+    ("queue_id", "int"),
+    ("queue_offset", "bigint"),
+    ("transaction_id", "string"),
+    ("uniq_key", "string"),
+    ("offset_msg_id", "string"),
+    ("decision", "string"),  # op markers: COMMIT, ROLLBACK, DISCARD or UNKNOWN
+    ("checks", "int"),  # discard copies: TRANSACTION_CHECK_TIMES
+    ("born_timestamp", "bigint"),
+    ("store_timestamp", "bigint"),
+)
+TX_SCHEMA = ", ".join(f"{n} {t}" for n, t in TX_COLUMNS)
+
+KNOWN_OPTIONS = {"path", "view", "topics", "topic", "withBody", "batchRows", "splitBytes"}
+_ARROW = {
+    "string": pa.string(),
+    "int": pa.int32(),
+    "bigint": pa.int64(),
+    "binary": pa.binary(),
+    "map<string,string>": pa.map_(pa.string(), pa.string()),
+}
+_SIZE_MAGIC = struct.Struct(">iI")
+DEFAULT_SPLIT_BYTES = 64 << 20  # a partition per 64 MiB of commit log (a 1 GiB segment gives 16)
+
+
+def arrow_schema(columns: tuple[tuple[str, str], ...]) -> pa.Schema:
+    return pa.schema([pa.field(n, _ARROW[t]) for n, t in columns])
+
+
+def commitlog_dir(path: str) -> str:
+    """``<store>/commitlog`` for a store root, or ``path`` itself when it already is the commit-log folder."""
+    candidate = os.path.join(path, "commitlog")
+    if os.path.isdir(candidate):
+        return candidate
+    if os.path.isdir(path) and any(n.isdigit() and len(n) == 20 for n in os.listdir(path)):
+        return path
+    if not os.path.exists(path):
+        raise TxmqSparkError(f"store folder {path} does not exist")
+    raise TxmqSparkError(f"{path} is not a txmq/RocketMQ store: no commitlog folder and no commit-log segments in it")
+
+
+@dataclass
+class Segment(InputPartition):
+    """Records of one segment file whose start lies in ``[start + lo, start + hi)``."""
+
+    path: str
+    start: int
+    lo: int
+    hi: int
+
+    def __init__(self, path: str, start: int, lo: int = 0, hi: int = 1 << 62) -> None:
+        self.path = path
+        self.start = start
+        self.lo = lo
+        self.hi = hi
+
+
+def list_segments(path: str, split_bytes: int | None = None) -> list[Segment]:
+    """The segments of a store, each cut into byte ranges of ``split_bytes`` (whole segments when None)."""
+    directory = commitlog_dir(path)
+    names = sorted(n for n in os.listdir(directory) if n.isdigit() and len(n) == 20)
+    out = []
+    for name in names:
+        file = os.path.join(directory, name)
+        if not split_bytes:
+            out.append(Segment(file, int(name)))
+            continue
+        size = os.path.getsize(file)
+        for lo in range(0, max(size, 1), split_bytes):
+            out.append(Segment(file, int(name), lo, lo + split_bytes))
+    return out
+
+
+def scan_segment(seg: Segment, *, with_body: bool = True) -> Iterator[MessageRecord]:
+    """The valid records of one segment (range), decoded, in order."""
+
+    def decode(mm: Any, pos: int, phys: int) -> MessageRecord:
+        record = decode_record(mm, pos, check_crc=True, with_body=with_body)
+        if record.physical_offset != phys:
+            raise RecordDecodeError(f"record at {phys} says its PHYSICALOFFSET is {record.physical_offset}")
+        return record
+
+    return scan(seg, decode)
+
+
+def scan(seg: Segment, decode: Any) -> Iterator[Any]:
+    """``decode(map, pos, phys)`` for every record of ``seg`` whose start lies in its range (None results dropped).
+
+    A range that does not start at the segment's beginning hops from record to record by TOTALSIZE to its first
+    record (records cannot be found from an arbitrary byte); the hop stops, like the scan, at anything odd.
+    ``decode`` raises RecordDecodeError for a bad record: a body CRC mismatch skips it, anything else ends the segment.
+    """
+    try:
+        fd = os.open(seg.path, os.O_RDONLY)
+    except FileNotFoundError:
+        log.warning("segment %s vanished (retention?); skipped", seg.path)
+        return
+    try:
+        size = os.fstat(fd).st_size
+        if size < 8 or seg.lo >= size:
+            return
+        mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    try:
+        pos = 0
+        lo, hi = seg.lo, min(seg.hi, size)
+        unpack = _SIZE_MAGIC.unpack_from
+        while pos < lo:
+            if pos + 8 > size:
+                return
+            total, magic = unpack(mm, pos)
+            if magic != MAGIC_CODE or total < 91:
+                return  # end of data or damage before this range: the range is empty
+            pos += total
+        base = seg.start
+        while pos < hi and pos + 8 <= size:
+            total, magic = unpack(mm, pos)
+            if magic != MAGIC_CODE:
+                if magic == BLANK_MAGIC_CODE or (total == 0 and magic == 0):
+                    return  # filler to the segment's end, or zeros: the end of data
+                log.warning("%s: garbage at %d; the rest of the segment is not read", seg.path, base + pos)
+                return
+            try:
+                item = decode(mm, pos, base + pos)
+            except RecordDecodeError as exc:
+                if str(exc).startswith("body CRC mismatch") and total >= 91 and pos + total <= size:
+                    log.warning("%s: record at %d skipped: %s", seg.path, base + pos, exc)
+                    pos += total
+                    continue
+                log.warning("%s: stopped at %d (torn or damaged record: %s)", seg.path, base + pos, exc)
+                return
+            if item is not None:
+                yield item
+            pos += total
+    finally:
+        mm.close()
+
+
+# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
+_HEAD = struct.Struct(">iIiiiqqiq")
+_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES PREPARED_TX_OFFSET BODYLEN
+_I64 = struct.Struct(">q")
+_U16 = struct.Struct(">H")
+_TX_TOPICS = {HALF_TOPIC.encode(), OP_TOPIC.encode(), DISCARD_TOPIC.encode()}
+
+
+def transaction_row_at(mm: Any, pos: int, phys: int) -> tuple[Any, ...] | None:
+    """:func:`transaction_row` straight from the bytes, decoding properties only of transaction-related records
+    (the audit's hot loop); the same checks as :func:`txmq.protocol.record.decode_record`."""
+    total, _magic, crc, queue_id, _flag, queue_offset, rec_phys, sys_flag, born_ts = _HEAD.unpack_from(mm, pos)
+    end = pos + total
+    if total < 91 or end > len(mm):
+        raise RecordDecodeError(f"record size {total} at {phys} is impossible or runs past the segment")
+    if rec_phys != phys:
+        raise RecordDecodeError(f"record at {phys} says its PHYSICALOFFSET is {rec_phys}")
+    p = pos + 48 + (20 if sys_flag & 0x10 else 8)
+    (store_ts,) = _I64.unpack_from(mm, p)
+    p += 8
+    store_host_at = p
+    p += 20 if sys_flag & 0x20 else 8
+    store_host_end = p
+    if p + 16 > end:
+        raise RecordDecodeError(f"record at {phys}: hosts do not fit in TOTALSIZE {total}")
+    _reconsume, prepared, body_len = _TAIL.unpack_from(mm, p)
+    p += 16
+    body_at = p
+    p += body_len
+    if body_len < 0 or p + 1 > end:
+        raise RecordDecodeError(f"record at {phys}: body length {body_len} does not fit")
+    topic_len = mm[p]
+    topic = mm[p + 1 : p + 1 + topic_len]
+    p += 1 + topic_len
+    if p + 2 > end:
+        raise RecordDecodeError(f"record at {phys}: topic length {topic_len} does not fit")
+    (props_len,) = _U16.unpack_from(mm, p)
+    if p + 2 + props_len != end:
+        raise RecordDecodeError(f"record at {phys} declares {total} bytes but its fields take more or less")
+    if zlib.crc32(mm[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
+        raise RecordDecodeError(f"body CRC mismatch in record at {phys}")
+    if topic not in _TX_TOPICS and sys_flag & TX_MASK != TX_COMMIT_TYPE:
+        return None
+    try:
+        props = decode_properties(mm[p + 2 : end].decode("utf-8"))
+        topic_text = topic.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordDecodeError(f"record at {phys}: topic or properties are not UTF-8") from exc
+    body = mm[body_at : body_at + body_len] if topic_text == OP_TOPIC else b""
+    record = MessageRecord(
+        topic=topic_text,
+        body=body,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=phys,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        store_timestamp=store_ts,
+        prepared_transaction_offset=prepared,
+        properties=props,
+    )
+    offset_msg_id = (mm[store_host_at:store_host_end] + _I64.pack(phys)).hex().upper()
+    return transaction_row(record, offset_msg_id)
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def transaction_row(record: MessageRecord, offset_msg_id: str | None = None) -> tuple[Any, ...] | None:
+    """The TX_SCHEMA row of a transaction-related record, or None for any other record."""
+    topic = record.topic
+    props = record.properties
+    uniq = props.get(Prop.UNIQ_KEY)
+    msg_id = offset_msg_id if offset_msg_id is not None else record.offset_msg_id
+    if topic == HALF_TOPIC:
+        return (
+            "HALF",
+            record.physical_offset,
+            record.physical_offset,
+            record.queue_offset,
+            props.get(Prop.PGROUP),
+            props.get(Prop.REAL_TOPIC),
+            _int(props.get(Prop.REAL_QID)),
+            None,
+            props.get(Prop.TRANSACTION_ID) or uniq,
+            uniq,
+            msg_id,
+            None,
+            None,
+            record.born_timestamp,
+            record.store_timestamp,
+        )
+    if topic == OP_TOPIC:
+        tag = props.get(Prop.TAGS)
+        if tag != OP_TAG and tag != RESUME_TAG:
+            return None
+        try:
+            half_queue_offset = int(record.body.decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            return None  # a malformed marker is ignored, as the broker does
+        return (
+            "OP" if tag == OP_TAG else "RESUME",
+            record.physical_offset,
+            _int(props.get(PROP_HALF_PHYS)),
+            half_queue_offset,
+            None,
+            None,
+            None,
+            record.queue_offset,
+            None,
+            uniq,
+            msg_id,
+            props.get(PROP_DECISION, "UNKNOWN") if tag == OP_TAG else None,
+            None,
+            record.born_timestamp,
+            record.store_timestamp,
+        )
+    if topic == DISCARD_TOPIC:
+        return (
+            "DISCARD_COPY",
+            record.physical_offset,
+            None,
+            None,
+            props.get(Prop.PGROUP),
+            props.get(Prop.REAL_TOPIC),
+            _int(props.get(Prop.REAL_QID)),
+            record.queue_offset,
+            props.get(Prop.TRANSACTION_ID) or uniq,
+            uniq,
+            msg_id,
+            None,
+            _int(props.get(Prop.TRANSACTION_CHECK_TIMES)),
+            record.born_timestamp,
+            record.store_timestamp,
+        )
+    if record.sys_flag & TX_MASK == TX_COMMIT_TYPE:
+        return (
+            "DELIVERY",
+            record.physical_offset,
+            record.prepared_transaction_offset,
+            None,
+            props.get(Prop.PGROUP),
+            topic,
+            record.queue_id,
+            record.queue_offset,
+            props.get(Prop.TRANSACTION_ID) or uniq,
+            uniq,
+            msg_id,
+            None,
+            None,
+            record.born_timestamp,
+            record.store_timestamp,
+        )
+    return None
+
+
+def _batches(rows: Iterator[tuple[Any, ...]], schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    width = len(schema)
+    chunk: list[tuple[Any, ...]] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= batch_rows:
+            yield _to_batch(chunk, schema, width)
+            chunk = []
+    if chunk:
+        yield _to_batch(chunk, schema, width)
+
+
+def _to_batch(chunk: list[tuple[Any, ...]], schema: pa.Schema, width: int) -> pa.RecordBatch:
+    columns = list(zip(*chunk, strict=True)) if chunk else [() for _ in range(width)]
+    arrays = []
+    for f, col in zip(schema, columns, strict=True):
+        if pa.types.is_map(f.type):
+            arrays.append(pa.array([list(d.items()) for d in col], type=f.type))
+        else:
+            arrays.append(pa.array(col, type=f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+class TxmqStoreDataSource(DataSource):
+    """Format ``txmq-store``: a store folder (``option("path", ...)`` or ``load(path)``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "txmq-store"
+
+    def _parse(self) -> dict[str, str]:
+        opts = check_options("txmq-store", dict(self.options), KNOWN_OPTIONS)
+        if not opts.get("path"):
+            raise TxmqSparkError('format "txmq-store" needs the store folder: .option("path", DIR) or .load(DIR)')
+        view = opts.get("view", "messages")
+        if view not in ("messages", "transactions"):
+            raise TxmqSparkError(f'option view must be "messages" or "transactions", got {view!r}')
+        commitlog_dir(opts["path"])
+        return opts
+
+    def schema(self) -> str:
+        opts = self._parse()
+        return TX_SCHEMA if opts.get("view") == "transactions" else STORE_SCHEMA
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return TxmqStoreReader(self._parse())
+
+
+class TxmqStoreReader(DataSourceReader):
+    def __init__(self, opts: dict[str, str]) -> None:
+        self.path = opts["path"]
+        self.view = opts.get("view", "messages")
+        self.topics = frozenset(topics_option(opts, required=False))
+        self.with_body = bool_option(opts, "withBody", True)
+        raw_rows = opts.get("batchrows", "65536")
+        if not raw_rows.isdigit() or int(raw_rows) < 1:
+            raise TxmqSparkError(f"option batchRows must be a positive integer, got {raw_rows!r}")
+        self.batch_rows = int(raw_rows)
+        raw_split = opts.get("splitbytes", str(DEFAULT_SPLIT_BYTES))
+        if not raw_split.isdigit() or int(raw_split) < 4096:
+            raise TxmqSparkError(f"option splitBytes must be an integer >= 4096, got {raw_split!r}")
+        self.split_bytes = int(raw_split)
+
+    def partitions(self) -> list[Segment]:
+        segments = list_segments(self.path, self.split_bytes)
+        return segments or [Segment("", -1)]
+
+    def read(self, partition: Segment) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        if partition.start < 0:
+            return iter(())
+        if self.view == "transactions":
+            schema = arrow_schema(TX_COLUMNS)
+            rows = scan(partition, transaction_row_at)
+        else:
+            schema = arrow_schema(STORE_COLUMNS)
+            topics = self.topics
+            rows = (
+                (*message_row(rec), rec.physical_offset, rec.store_size)
+                for rec in scan_segment(partition, with_body=self.with_body)
+                if not topics or rec.topic in topics
+            )
+        return _batches(rows, schema, self.batch_rows)
