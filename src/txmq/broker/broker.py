@@ -15,10 +15,12 @@ import orjson
 from txmq.broker.admin import AdminProcessor
 from txmq.broker.clients import ClientRegistry
 from txmq.broker.config import BrokerConfig
+from txmq.broker.consumer_admin import ConsumerAdminProcessor, lock_lifetime_seconds
 from txmq.broker.locks import QueueLockManager
 from txmq.broker.longpoll import PullHoldService
 from txmq.broker.offsets import ConsumerOffsetManager
 from txmq.broker.pull import PullProcessor
+from txmq.broker.schedule import ScheduleService
 from txmq.broker.send import SendProcessor
 from txmq.broker.subscriptions import SubscriptionGroupManager
 from txmq.broker.topics import TopicConfigManager
@@ -81,12 +83,15 @@ class Broker:
             cfg_dir / "subscriptionGroup.json", auto_create=config.auto_create_subscription_group
         )
         self.clients = ClientRegistry(expiry_seconds=config.client_channel_expired_seconds)
-        self.locks = QueueLockManager()
+        self.locks = QueueLockManager(lock_lifetime_seconds(config))
         self.pull_holds = PullHoldService(clock)
-        self.store_config = StoreConfig.from_properties(config.store_properties())
+        self.store_config = StoreConfig.from_properties(
+            {**config.store_properties(), "messageDelayLevel": config.message_delay_level}
+        )
         self.store: MessageStore | None = None  # type: ignore[assignment]
         self.transactions: Any = TransactionService(self)
-        self.schedule: Any = Unsupported("delay levels")
+        self.schedule: Any = ScheduleService(self)
+        self.consumer_admin = ConsumerAdminProcessor(self)
         self.send_processor = SendProcessor(self)
         self.pull_processor = PullProcessor(self)
         self.admin = AdminProcessor(self)
@@ -118,6 +123,8 @@ class Broker:
         for code, handler in TransactionAdminProcessor(self).handlers().items():
             d.register(code, handler)
         d.register(RequestCode.CONSUMER_SEND_MSG_BACK, self._send_back)
+        for code, handler in self.consumer_admin.handlers().items():
+            d.register(code, handler)
 
     # -- lifecycle
 

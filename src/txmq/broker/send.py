@@ -9,6 +9,7 @@ import zlib
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from txmq.broker.schedule import PROP_DLQ_REASON, reconsume_limit
 from txmq.broker.topics import (
     NOT_ALLOWED_SEND_TOPICS,
     PERM_READ,
@@ -126,7 +127,9 @@ class SendProcessor:
             flag |= SysFlag.MULTI_TAGS
         return flag
 
-    def _retry_redirect(self, header: SendMessageRequestHeader, topic: str, queue_id: int) -> tuple[str, int]:
+    def _retry_redirect(
+        self, header: SendMessageRequestHeader, topic: str, queue_id: int, version: int = 0
+    ) -> tuple[str, int]:
         """A direct send to ``%RETRY%group`` past the group's limit goes to ``%DLQ%group`` instead."""
         if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return topic, queue_id
@@ -134,9 +137,7 @@ class SendProcessor:
         sub = self.broker.subscriptions.get(group)
         if sub is None:
             raise SendError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
-        max_times = sub.retry_max_times
-        if header.maxReconsumeTimes is not None:
-            max_times = header.maxReconsumeTimes
+        max_times = reconsume_limit(version, header.maxReconsumeTimes, sub)
         if (header.reconsumeTimes or 0) >= max_times:
             dlq = dlq_topic(group)
             self.broker.topics.ensure(dlq, 1, PERM_READ | PERM_WRITE)
@@ -154,7 +155,7 @@ class SendProcessor:
         cfg = self._check_topic(header)
         queue_id = self._pick_queue(header, cfg)
         response_queue_id = queue_id
-        topic, queue_id = self._retry_redirect(header, header.topic, queue_id)
+        topic, queue_id = self._retry_redirect(header, header.topic, queue_id, cmd.version)
         if len(cmd.body) > broker.config.max_message_size:
             raise SendError(
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -163,6 +164,9 @@ class SendProcessor:
         props = decode_properties(header.properties or "")
         props.pop(Prop.WAIT, None)
         props[Prop.CLUSTER] = broker.config.broker_cluster_name
+        if topic != header.topic:  # redirected to the DLQ: no delay there (wire §2.3 step 5)
+            props.pop(Prop.DELAY, None)
+            props[PROP_DLQ_REASON] = f"reconsumed {header.reconsumeTimes} times (sent directly to {header.topic})"
         record = MessageRecord(
             topic=topic,
             body=cmd.body,

@@ -14,6 +14,7 @@ import datetime as dt
 import functools
 import inspect
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,8 @@ from txmq.client.producer import check_group, check_topic
 from txmq.client.selection import allocate_averagely
 from txmq.client.subscription import Subscription
 from txmq.errors import MQClientError, NoRouteError, RemotingError
+from txmq.protocol.codes import RequestCode
+from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import PullMessageRequestHeader
 from txmq.protocol.record import Prop
 
@@ -92,6 +95,7 @@ class PushConsumer:
         pull_time_delay_when_exception: float = 3.0,
         await_termination_on_shutdown: float = 5.0,
         offset_store_dir: str | Path | None = None,
+        lock_max_live_seconds: float = 60.0,
         **options: Any,
     ) -> None:
         check_group(group)
@@ -112,6 +116,12 @@ class PushConsumer:
         self.pull_time_delay_when_exception = pull_time_delay_when_exception
         self.await_termination_on_shutdown = await_termination_on_shutdown
         self.offset_store_dir = Path(offset_store_dir) if offset_store_dir is not None else None
+        # Orderly: the brokers' queue-lock lifetime (60 s; txmqLockMaxLiveTimeMills). Locks are renewed every third
+        # of it and trusted locally for half of it, counted from when the lock request was sent (RocketMQ: 20/30/60).
+        if lock_max_live_seconds <= 0:
+            raise MQClientError("lock_max_live_seconds must be positive")
+        self.lock_renew_interval = lock_max_live_seconds / 3
+        self.lock_local_expiry = lock_max_live_seconds / 2
         self._subscriptions: dict[str, Subscription] = {}
         self._listener: Listener | None = None
         self._orderly = False
@@ -123,6 +133,9 @@ class PushConsumer:
         self._consume_tasks: set[asyncio.Task[Any]] = set()
         self._background: set[asyncio.Task[Any]] = set()
         self._relock_task: asyncio.Task[None] | None = None
+        # Process queues whose results must not be committed: their lock went to another member, or their offset
+        # was reset. (A queue handed over in a rebalance still commits the batch it was finishing.)
+        self._no_commit: weakref.WeakSet[ProcessQueue] = weakref.WeakSet()
         self._rebalance_lock: asyncio.Lock | None = None
         self._consume_slots: asyncio.Semaphore | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -199,6 +212,7 @@ class PushConsumer:
             await instance.release()
             raise
         self._instance = instance
+        instance.register_request_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, _reset_offset_handler(instance))
         self._timestamp_ms = _timestamp_ms(self.consume_timestamp, instance.clock.now_ms())
         if self.clustering:
             self._offset_store = RemoteBrokerOffsetStore(instance, self.group)
@@ -358,10 +372,12 @@ class PushConsumer:
 
     async def _apply_allocation(self, topic: str, mine: set[MessageQueue]) -> None:
         changed = False
-        for mq in [mq for mq in self._pqs if mq.topic == topic and mq not in mine]:
+        # Also finish removing queues a previous rebalance dropped but could not release (a batch was running).
+        for mq in [mq for mq, pq in self._pqs.items() if mq.topic == topic and (mq not in mine or pq.dropped)]:
             changed |= await self._remove_queue(mq)
         new = sorted(mq for mq in mine if mq not in self._pqs)
         locked: set[MessageQueue] = set(new)
+        lock_sent = self.instance.clock.monotonic()
         if new and self._orderly and self.clustering:
             locked = await self._lock(new)
         for mq in new:
@@ -378,16 +394,43 @@ class PushConsumer:
             pq = ProcessQueue()
             if self._orderly and self.clustering:
                 pq.locked = True
-                pq.last_lock_time = self.instance.clock.monotonic()
-            self._pqs[mq] = pq
-            self._pull_tasks[mq] = asyncio.create_task(self._pull_loop(mq, pq, offset), name=f"txmq-pull-{mq}")
-            if self._orderly:
-                self._orderly_tasks[mq] = asyncio.create_task(self._orderly_loop(mq, pq), name=f"txmq-orderly-{mq}")
+                pq.last_lock_time = lock_sent
+            self._start_queue(mq, pq, offset)
             log.info("group %s now consumes %s from offset %d", self.group, mq, offset)
             changed = True
         if changed:
             # Java re-heartbeats after a change so the broker's subscription view stays current.
             self._spawn(self.instance.send_heartbeat_to_all())
+
+    def _start_queue(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        self._pqs[mq] = pq
+        self._pull_tasks[mq] = asyncio.create_task(self._pull_loop(mq, pq, offset), name=f"txmq-pull-{mq}")
+        if self._orderly:
+            self._orderly_tasks[mq] = asyncio.create_task(self._orderly_loop(mq, pq), name=f"txmq-orderly-{mq}")
+
+    def _lock_expired(self, pq: ProcessQueue) -> bool:
+        return self.instance.clock.monotonic() - pq.last_lock_time > self.lock_local_expiry
+
+    def _drop_lost(self, mq: MessageQueue) -> None:
+        """Another member holds ``mq``'s lock now: stop at once and commit nothing more for it."""
+        pq = self._pqs.pop(mq, None)
+        if pq is None:
+            return
+        pq.dropped = True
+        pq.locked = False
+        self._no_commit.add(pq)
+        pq.wake()
+        task = self._pull_tasks.pop(mq, None)
+        if task is not None:
+            task.cancel()
+        orderly = self._orderly_tasks.pop(mq, None)
+        if orderly is not None:
+            self._background.add(orderly)  # it ends after the batch in hand; shutdown still waits for it
+            orderly.add_done_callback(self._background.discard)
+        if self.clustering and self._offset_store is not None:
+            self._offset_store.remove(mq)
+        log.warning("group %s lost the lock of %s to another consumer; dropped it", self.group, mq)
+        self.instance.rebalance_now()
 
     async def _compute_pull_from(self, mq: MessageQueue) -> int:
         """The committed offset, or where consume_from_where says a new group starts (wire §2.5)."""
@@ -443,6 +486,53 @@ class PushConsumer:
         log.info("group %s no longer consumes %s", self.group, mq)
         return True
 
+    # -- offset reset (RESET_CONSUMER_CLIENT_OFFSET from a broker) --------------------------------------------------
+
+    async def reset_offset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Restart the given queues of ``topic`` at these offsets: what was pulled for them is dropped, and a batch
+        the listener is running finishes without committing."""
+        if not self._running or self._rebalance_lock is None or self._offset_store is None:
+            return
+        store = self._offset_store
+        async with self._rebalance_lock:
+            for mq, offset in sorted(offsets.items()):
+                if mq.topic != topic or offset < 0:
+                    continue
+                old = self._pqs.get(mq)
+                if old is None or old.dropped:
+                    store.update(mq, offset)
+                    continue
+                old.dropped = True
+                self._no_commit.add(old)
+                old.wake()
+                task = self._pull_tasks.pop(mq, None)
+                if task is not None:
+                    task.cancel()
+                if self._orderly:
+                    try:
+                        # Keep one batch at a time per queue: wait for the one in progress.
+                        await asyncio.wait_for(old.consume_lock.acquire(), 30.0)
+                    except TimeoutError:
+                        log.warning("queue %s is still busy; it restarts from %d at the next rebalance", mq, offset)
+                        store.update(mq, offset)
+                        continue
+                    old.consume_lock.release()
+                    orderly = self._orderly_tasks.pop(mq, None)
+                    if orderly is not None:
+                        orderly.cancel()
+                store.update(mq, offset)
+                try:
+                    # Also orders this commit after any periodic one still in flight with the old offset.
+                    await store.persist(mq, wait=True)
+                except (RemotingError, MQClientError) as exc:
+                    log.warning("committing the reset offset of %s failed: %s", mq, exc)
+                pq = ProcessQueue()
+                pq.locked, pq.last_lock_time = old.locked, old.last_lock_time
+                self._start_queue(mq, pq, offset)
+                log.info("group %s restarts %s at offset %d (reset by an operator)", self.group, mq, offset)
+            if not self.clustering:
+                await store.persist_all([mq for mq in offsets if mq.topic == topic])
+
     # -- locks (orderly clustering) -------------------------------------------------------------------------------
 
     def _by_broker(self, mqs: Iterable[MessageQueue]) -> dict[str, list[MessageQueue]]:
@@ -452,17 +542,23 @@ class PushConsumer:
         return out
 
     async def _lock(self, mqs: Iterable[MessageQueue]) -> set[MessageQueue]:
+        return (await self._lock_detailed(mqs))[0]
+
+    async def _lock_detailed(self, mqs: Iterable[MessageQueue]) -> tuple[set[MessageQueue], set[MessageQueue]]:
+        """(queues now locked by us, queues whose broker answered): answered but not locked = held by another."""
         instance = self.instance
         locked: set[MessageQueue] = set()
+        answered: set[MessageQueue] = set()
         for broker_name, group in self._by_broker(mqs).items():
             addr = await instance.find_broker_addr_refreshing(broker_name, group[0].topic)
             if addr is None:
                 continue
             try:
                 locked |= await instance.api.lock_batch_mq(addr, self.group, instance.client_id, group)
+                answered.update(group)
             except (RemotingError, MQClientError) as exc:
                 log.warning("locking %d queues on %s failed: %s", len(group), broker_name, exc)
-        return locked
+        return locked, answered
 
     async def _unlock(self, mqs: Iterable[MessageQueue]) -> None:
         instance = self.instance
@@ -478,7 +574,7 @@ class PushConsumer:
     async def _relock_loop(self) -> None:
         clock = self.instance.clock
         while self._running:
-            await clock.sleep(20.0)
+            await clock.sleep(self.lock_renew_interval)
             try:
                 await self.lock_all()
             except asyncio.CancelledError:
@@ -491,17 +587,18 @@ class PushConsumer:
         mqs = [mq for mq, pq in self._pqs.items() if not pq.dropped]
         if not mqs:
             return
-        locked = await self._lock(mqs)
-        now = self.instance.clock.monotonic()
+        sent = self.instance.clock.monotonic()
+        locked, answered = await self._lock_detailed(mqs)
         for mq in mqs:
             pq = self._pqs.get(mq)
-            if pq is None:
+            if pq is None or pq.dropped:
                 continue
             if mq in locked:
                 pq.locked = True
-                pq.last_lock_time = now
-            else:
-                pq.locked = False
+                pq.last_lock_time = sent
+            elif mq in answered:
+                self._drop_lost(mq)
+            # A broker that did not answer: keep going until the local lock expires.
 
     # -- pulling --------------------------------------------------------------------------------------------------
 
@@ -517,8 +614,8 @@ class PushConsumer:
                     # Flow control: wait until the listener frees room rather than pulling more into memory.
                     await pq.wait_for_space()
                     continue
-                if self._orderly and self.clustering and (not pq.locked or pq.lock_expired(clock.monotonic())):
-                    await clock.sleep(1.0)
+                if self._orderly and self.clustering and (not pq.locked or self._lock_expired(pq)):
+                    await clock.sleep(min(1.0, self.lock_renew_interval))
                     continue
                 sub = self._subscriptions.get(mq.topic)
                 if sub is None:
@@ -628,13 +725,15 @@ class PushConsumer:
             if pq.dropped:
                 return
             self._restore_retry_topic(msgs)
+            reason = "the listener returned RECONSUME_LATER"
             try:
                 status = await self._call_listener(msgs)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 log.exception("the listener of %s raised on %d message(s) of %s", self.group, len(msgs), mq)
                 status = ConsumeStatus.RECONSUME_LATER
+                reason = f"the listener raised {type(exc).__name__}: {exc}"
         if status is None:
             log.warning("the listener of %s returned None; treating it as RECONSUME_LATER", self.group)
             status = ConsumeStatus.RECONSUME_LATER
@@ -651,7 +750,7 @@ class PushConsumer:
         if status is ConsumeStatus.RECONSUME_LATER:
             if self.clustering:
                 for m in msgs:
-                    if not await self._send_message_back(m, mq):
+                    if not await self._send_message_back(m, mq, reason=reason):
                         failed.append(m)
             else:
                 log.warning("broadcast consumer %s dropped %d message(s) its listener rejected", self.group, len(msgs))
@@ -667,7 +766,9 @@ class PushConsumer:
                 m.reconsume_times += 1
             self._submit(mq, pq, failed, RECONSUME_LOCALLY_DELAY)
 
-    async def _send_message_back(self, msg: MessageExt, mq: MessageQueue, delay_level: int = 0) -> bool:
+    async def _send_message_back(
+        self, msg: MessageExt, mq: MessageQueue, delay_level: int = 0, reason: str | None = None
+    ) -> bool:
         """Hand a rejected message to the broker for redelivery; fall back to re-sending it to the retry topic."""
         instance = self.instance
         try:
@@ -675,7 +776,7 @@ class PushConsumer:
             if addr is None:
                 raise MQClientError(f"the broker {mq.broker_name} is not known")
             await instance.api.consumer_send_msg_back(
-                addr, msg, self.group, delay_level, self.max_reconsume_times_for_broker
+                addr, msg, self.group, delay_level, self.max_reconsume_times_for_broker, reason=reason
             )
             return True
         except (RemotingError, MQClientError) as exc:
@@ -714,17 +815,27 @@ class PushConsumer:
             await pq.wait_for_messages()
             if not self._running or pq.dropped:
                 break
-            if self.clustering and (not pq.locked or pq.lock_expired(clock.monotonic())):
-                if mq not in await self._lock([mq]):
+            if self.clustering and (not pq.locked or self._lock_expired(pq)):
+                sent = clock.monotonic()
+                locked, answered = await self._lock_detailed([mq])
+                if pq.dropped:
+                    break
+                if mq in locked:
+                    pq.locked = True
+                    pq.last_lock_time = sent
+                elif mq in answered:
+                    self._drop_lost(mq)  # another member has it: never consume it without the lock
+                    break
+                else:
                     pq.locked = False
-                    await clock.sleep(1.0)
+                    await clock.sleep(min(1.0, self.lock_renew_interval))
                     continue
-                pq.locked = True
-                pq.last_lock_time = clock.monotonic()
             suspend = False
             async with pq.consume_lock:
                 if pq.dropped or not self._running:
                     break
+                if self.clustering and (not pq.locked or self._lock_expired(pq)):
+                    continue  # the lock lapsed while waiting for the consume lock: renew it first
                 msgs = pq.take(self.consume_message_batch_max_size)
                 if not msgs:
                     continue
@@ -740,14 +851,17 @@ class PushConsumer:
                 if not isinstance(status, ConsumeOrderlyStatus):
                     log.warning("the orderly listener of %s returned %r; suspending the queue", self.group, status)
                     status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
-                if pq.dropped:
-                    break  # another consumer owns the queue now; it resumes from the committed offset
+                if pq in self._no_commit:
+                    break  # the lock went to another member or the offset was reset: they decide from here
+                # A queue being handed over in a rebalance still commits this batch: _remove_queue waits for it.
                 if status is ConsumeOrderlyStatus.SUCCESS or await self._give_up_on(msgs, mq):
                     store.update(mq, pq.commit())
                 else:
                     for m in pq.put_back():
                         m.reconsume_times += 1
                     suspend = True
+                if pq.dropped:
+                    break
             if suspend:
                 # Retry the same messages after a pause; nothing behind them is delivered meanwhile.
                 await clock.sleep(self.suspend_current_queue_time)
@@ -766,6 +880,30 @@ class PushConsumer:
                 log.warning("moving %s of %s to the DLQ failed: %s; suspending instead", m.msg_id, mq, exc)
                 return False
         return True
+
+
+def _reset_offset_handler(instance: ClientInstance) -> Callable[[Any, RemotingCommand], Any]:
+    """RESET_CONSUMER_CLIENT_OFFSET (220): ext topic, group, timestamp; body ResetOffsetBody (fastjson keys)."""
+
+    def handle(_conn: Any, cmd: RemotingCommand) -> Any:
+        from txmq.client.admin import parse_mq_table
+        from txmq.client.fastjson import FastjsonError, loads
+
+        group = cmd.ext_fields.get("group", "")
+        topic = cmd.ext_fields.get("topic", "")
+        consumer = instance.consumers.get(group)
+        if not isinstance(consumer, PushConsumer):
+            return None
+        try:
+            table = parse_mq_table((loads(cmd.body) or {}).get("offsetTable") or {})
+            offsets = {mq: int(v) for mq, v in table.items()}
+        except (FastjsonError, AttributeError, TypeError, ValueError) as exc:
+            log.warning("ignoring an unreadable offset reset for %s/%s: %s", group, topic, exc)
+            return None
+        log.info("broker resets the offsets of group %s on %s: %s", group, topic, offsets)
+        return consumer.reset_offset(topic, offsets)
+
+    return handle
 
 
 def _is_async_callable(fn: Any) -> bool:

@@ -152,6 +152,23 @@ RPC_RESPONSE = 1  # flag bit 0
 RPC_ONEWAY = 2  # flag bit 1
 
 
+class TxmqConsumerRequestCode(enum.IntEnum):
+    """txmq's own admin requests for consumer groups (range 1320..1329; not RocketMQ codes).
+
+    Request and response fields are plain extFields; bodies are standard JSON.
+    """
+
+    # ext consumerGroup, topic, to ("earliest" | "latest" | epoch ms). Sets the group's offsets on this broker and
+    # sends RESET_CONSUMER_CLIENT_OFFSET (220) to its online consumers. Body: {"offsets":[{..,"offset":n}],
+    # "notifiedConsumers":n}.
+    RESET_CONSUMER_OFFSET = 1320
+    # ext consumerGroup, maxNum. Body: {"messages":[{...}]} for %DLQ%<group> on this broker.
+    LIST_DEAD_LETTERS = 1321
+    # ext consumerGroup, and msgIds (comma-separated offsetMsgIds or UNIQ_KEYs) or all=true.
+    # Body: {"resent":[..],"alreadyResent":[..],"notFound":[..],"failed":[..]}.
+    RESEND_DEAD_LETTERS = 1322
+
+
 class TxmqRequestCode(enum.IntEnum):
     """txmq's own admin requests, 1300..1309 (unused by RocketMQ 4.x and 5.x). JSON bodies both ways; the bodies are
     documented in docs/transactions.md. 1305..1309 are reserved for transactions."""

@@ -1,0 +1,155 @@
+"""An in-process broker on loopback driven by a FakeClock, with raw send / send-back helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from txmq.broker.broker import Broker
+from txmq.broker.config import BrokerConfig
+from txmq.clock import FakeClock
+from txmq.net import Connection, connect
+from txmq.protocol.codes import RequestCode
+from txmq.protocol.frame import RemotingCommand
+from txmq.protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
+from txmq.protocol.record import MessageRecord, decode_offset_msg_id, encode_properties
+
+_uniq = itertools.count(1)
+
+
+class Harness:
+    def __init__(self, root: Path, **overrides: Any) -> None:
+        self.root = root
+        self.clock = FakeClock()
+        self.broker: Broker | None = None
+        self.overrides = overrides
+        self.conn: Connection | None = None
+
+    async def start(self) -> Broker:
+        config = BrokerConfig(
+            listen_port=0,
+            broker_ip1="127.0.0.1",
+            store_path_root_dir=str(self.root / "store"),
+            mapped_file_size_commit_log=1 << 20,
+            client_channel_expired_seconds=10**7,
+            **self.overrides,
+        )
+        self.broker = Broker(config, clock=self.clock)
+        await self.broker.start("127.0.0.1")
+        self.conn = await connect("127.0.0.1", self.broker.config.listen_port, clock=self.clock)
+        return self.broker
+
+    async def stop(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.broker is not None:
+            await self.broker.close()
+            self.broker = None
+
+    async def restart(self) -> Broker:
+        await self.stop()
+        return await self.start()
+
+    @property
+    def svc(self) -> Any:
+        assert self.broker is not None
+        return self.broker.schedule
+
+    async def advance(self, seconds: float) -> None:
+        """Move fake time and let every due delivery be stored."""
+        await self.svc.quiesce()
+        await self.clock.advance(seconds)
+        await self.svc.quiesce()
+
+    async def request(self, cmd: RemotingCommand) -> RemotingCommand:
+        assert self.conn is not None
+        return await self.conn.request(cmd, timeout=10)
+
+    async def send(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        queue_id: int = 0,
+        reconsume_times: int | None = None,
+        max_reconsume_times: int | None = None,
+        **props: str,
+    ) -> RemotingCommand:
+        all_props = {"UNIQ_KEY": f"UNIQ{next(_uniq):028d}", **props}
+        header = SendMessageRequestHeader(
+            producerGroup="PG",
+            topic=topic,
+            queueId=queue_id,
+            bornTimestamp=self.clock.now_ms(),
+            properties=encode_properties(all_props),
+            reconsumeTimes=reconsume_times,
+            maxReconsumeTimes=max_reconsume_times,
+        )
+        return await self.request(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(), body))
+
+    async def send_back(
+        self,
+        record: MessageRecord,
+        group: str,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int | None = None,
+        version: int | None = None,
+        reason: str | None = None,
+    ) -> RemotingCommand:
+        header = ConsumerSendMsgBackRequestHeader(
+            offset=record.physical_offset,
+            group=group,
+            delayLevel=delay_level,
+            originMsgId=record.uniq_key,
+            originTopic=record.topic,
+            maxReconsumeTimes=max_reconsume_times,
+        )
+        cmd = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, header.to_ext())
+        if version is not None:
+            cmd.version = version
+        cmd.remark = reason
+        return await self.request(cmd)
+
+    async def create_group(self, group: str, retry_max_times: int) -> None:
+        body = orjson.dumps({"groupName": group, "retryMaxTimes": retry_max_times})
+        resp = await self.request(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
+        assert resp.code == 0, resp.remark
+
+    def messages(self, topic: str, queue_id: int = 0) -> list[MessageRecord]:
+        assert self.broker is not None and self.broker.store is not None
+        store = self.broker.store
+        out = []
+        for phys, size, _ in store.read_consume_queue(topic, queue_id, 0, 100_000):
+            record = store.read_message(phys, size)
+            assert record is not None
+            out.append(record)
+        return out
+
+    def all_messages(self, topic: str) -> list[MessageRecord]:
+        assert self.broker is not None and self.broker.store is not None
+        out: list[MessageRecord] = []
+        for t, q in self.broker.store.queues():
+            if t == topic:
+                out.extend(self.messages(t, q))
+        return sorted(out, key=lambda r: r.physical_offset)
+
+
+def phys_of(resp: RemotingCommand) -> int:
+    assert resp.code == 0, resp.remark
+    return decode_offset_msg_id(resp.ext_fields["msgId"])[1]
+
+
+async def eventually(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        await asyncio.sleep(0.02)
