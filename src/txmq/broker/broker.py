@@ -32,7 +32,6 @@ from txmq.net import Connection, Dispatcher, Server, connect
 from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
-from txmq.protocol.record import MessageRecord
 from txmq.store.config import StoreConfig
 from txmq.store.message_store import MessageStore, PutStatus
 
@@ -42,21 +41,6 @@ BROKER_VERSION_DESC = "V4_9_8"
 BROKER_VERSION = 409
 CLIENT_SCAN_SECONDS = 10.0
 OFFSET_PERSIST_SECONDS = 5.0
-
-
-class Unsupported:
-    """A feature this build does not have yet: it refuses with a clear remark instead of pretending."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-
-    async def prepare(self, cmd: RemotingCommand, _record: MessageRecord, _queue_id: int) -> RemotingCommand:
-        return cmd.response(ResponseCode.NO_PERMISSION, f"{self.what} are not supported by this txmq build yet")
-
-    def redirect(self, _record: MessageRecord, _level: str) -> MessageRecord:
-        from txmq.broker.send import SendError
-
-        raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"{self.what} are not supported by this txmq build yet")
 
 
 class Broker:
@@ -89,8 +73,8 @@ class Broker:
             {**config.store_properties(), "messageDelayLevel": config.message_delay_level}
         )
         self.store: MessageStore | None = None  # type: ignore[assignment]
-        self.transactions: Any = TransactionService(self)
-        self.schedule: Any = ScheduleService(self)
+        self.transactions = TransactionService(self)
+        self.schedule = ScheduleService(self)
         self.consumer_admin = ConsumerAdminProcessor(self)
         self.send_processor = SendProcessor(self)
         self.pull_processor = PullProcessor(self)
@@ -119,10 +103,10 @@ class Broker:
         d.register(RequestCode.PULL_MESSAGE, self.pull_processor.handle)
         for code, handler in self.admin.handlers().items():
             d.register(code, handler)
-        d.register(RequestCode.END_TRANSACTION, self._end_transaction)
+        d.register(RequestCode.END_TRANSACTION, self.transactions.end_transaction)
         for code, handler in TransactionAdminProcessor(self).handlers().items():
             d.register(code, handler)
-        d.register(RequestCode.CONSUMER_SEND_MSG_BACK, self._send_back)
+        d.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.schedule.send_back)
         for code, handler in self.consumer_admin.handlers().items():
             d.register(code, handler)
 
@@ -191,22 +175,6 @@ class Broker:
         return ResponseCode.SYSTEM_ERROR
 
     # -- not yet built
-
-    def _end_transaction(self, conn: Any, cmd: RemotingCommand) -> Any:
-        handler = getattr(self.transactions, "end_transaction", None)
-        if handler is None:
-            if cmd.is_oneway:
-                return None
-            return cmd.response(ResponseCode.SYSTEM_ERROR, "transactional messages are not supported by this build yet")
-        return handler(conn, cmd)
-
-    def _send_back(self, conn: Any, cmd: RemotingCommand) -> Any:
-        handler = getattr(self.schedule, "send_back", None)
-        if handler is None:
-            return cmd.response(
-                ResponseCode.SYSTEM_ERROR, "consumer send-back (retry) is not supported by this build yet"
-            )
-        return handler(conn, cmd)
 
     # -- clients
 
