@@ -164,3 +164,17 @@ def test_sync_admin_and_pull_consumer(backend: Backend) -> None:
         consumer.persist_offset(mq)
     commit = backend.broker.of_code(RequestCode.UPDATE_CONSUMER_OFFSET)[-1].ext_fields
     assert (commit["consumerGroup"], commit["topic"], commit["commitOffset"]) == ("PCG", "T", "6")
+
+
+def test_blocking_admin_offers_every_async_admin_method() -> None:
+    """Methods added to the asyncio Admin later (transactions, DLQ, ACL) are callable on the blocking one too."""
+    import inspect
+
+    from txmq.client import Admin as AsyncAdmin
+    from txmq.client.sync import Admin
+
+    admin = Admin("127.0.0.1:1")
+    for name, _ in inspect.getmembers(AsyncAdmin, inspect.iscoroutinefunction):
+        if not name.startswith("_"):
+            assert callable(getattr(admin, name)), name
+    assert admin.list_transactions.__name__ == "list_transactions"

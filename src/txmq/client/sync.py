@@ -9,6 +9,7 @@ callbacks run on the loop thread and must not block.
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -253,6 +254,21 @@ class Admin(_Blocking):
         self, topic: str, uniq_key: str, begin_ms: int = 0, end_ms: int | None = None
     ) -> list[MessageExt]:
         return self._portal.run(self._async.query_message_by_uniq_key(topic, uniq_key, begin_ms, end_ms))
+
+    def __getattr__(self, name: str) -> Any:
+        """Every other coroutine method of the asyncio Admin (transactions, DLQ, offsets, ACL) runs blocking too."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        attr = getattr(self._async, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        def blocking(*args: Any, **kwargs: Any) -> Any:
+            return self._portal.run(attr(*args, **kwargs))
+
+        blocking.__name__ = name
+        blocking.__doc__ = attr.__doc__
+        return blocking
 
 
 # -- transactions ------------------------------------------------------------------------------------------------
