@@ -247,3 +247,31 @@ def test_reconciliation_finds_planted_inconsistencies(spark: Any, txmq_cluster: 
     assert sorted(r.key for r in result.missing.collect()) == ["order-11", "order-3"]
     assert [r.key for r in result.unexpected.collect()] == ["order-99"]
     assert [r.key for r in result.duplicates.collect()] == ["order-5"]
+
+
+def test_reconcile_and_audit_after_the_order_demo_are_clean(spark: Any, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    data = tmp_path / "demo"
+    done = subprocess.run(
+        [sys.executable, "-m", "txmq", "demo", "orders", "--orders", "12", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (topic,) = [p.name for p in (data / "store" / "consumequeue").iterdir() if p.name.startswith("DemoOrders_")]
+    with sqlite3.connect(data / "orders.db") as conn:
+        committed = {str(r[0]) for r in conn.execute("SELECT id FROM orders")}
+    assert committed
+    out = tmp_path / "rec"
+    argv = ["spark", "reconcile", "--source", str(data / "orders.db"), "--source-table", "orders"]
+    argv += ["--source-key", "id", "--topics", topic, "--key", "keys", "--store", str(data / "store")]
+    assert txmq_main([*argv, "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["consistent"] and summary["source_rows"] == summary["deliveries"] == len(committed)
+    audit = transaction_audit(spark, str(data / "store")).filter(f"real_topic = '{topic}'")
+    counts = {r.resolution: r["count"] for r in audit.groupBy("resolution").count().collect()}
+    assert counts.get("COMMIT") == len(committed) and counts.get("PENDING") is None
+    assert sum(counts.values()) == 12

@@ -17,6 +17,9 @@ def _session(args: argparse.Namespace) -> Any:
         from txmq.spark import get_spark
     except ModuleNotFoundError as exc:  # pragma: no cover - depends on the install
         raise SystemExit(f"txmq: the Spark jobs need pyspark: pip install 'txmq[spark]' ({exc})") from None
+    import logging
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are noise on a command's output
     conf = dict(item.split("=", 1) for item in (args.conf or []))
     spark = get_spark(args.master, app_name=f"txmq-{args.spark_command}", conf=conf)
     spark.sparkContext.setLogLevel(args.spark_log_level)
