@@ -14,6 +14,8 @@ TEST_BROKER_CONF = {
     "messageDelayLevel": "1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s",
     "transactionTimeOut": "1000",
     "transactionCheckInterval": "1000",
+    # 16 MiB segments: a test cluster must not reserve RocketMQ's 1 GiB of disk for a few kilobytes of messages.
+    "mappedFileSizeCommitLog": str(16 * 1024 * 1024),
 }
 
 

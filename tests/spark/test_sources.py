@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +114,8 @@ def test_store_reader_on_a_store_copied_from_a_killed_broker(spark: Any, make_cl
     acked = send(cluster.namesrv_addr, "SparkKill", 120)
     cluster.kill()
     copy = tmp_path / "copy"
-    shutil.copytree(cluster.data_dir / "store", copy)
+    # cp keeps the key index's sparse files sparse (copytree would write 580 MB of zeros).
+    subprocess.run(["cp", "-a", "--sparse=always", str(cluster.data_dir / "store"), str(copy)], check=True)
     # A torn tail: the first 70 bytes of a record written after the last complete one.
     seg = list_segments(str(copy))[-1]
     records = list(scan_segment(seg))

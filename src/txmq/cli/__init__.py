@@ -128,6 +128,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 config.flush_disk_type = args.flush
             if args.segment_size:
                 config.mapped_file_size_commit_log = args.segment_size
+            elif config.mapped_file_size_commit_log == BrokerConfig().mapped_file_size_commit_log:
+                # A development broker starts with a 128 MiB segment instead of reserving RocketMQ's 1 GiB.
+                config.mapped_file_size_commit_log = DEV_SEGMENT_SIZE
             broker = Broker(config)
             await broker.start(args.host)
             print(
@@ -158,7 +161,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txmq", description="A RocketMQ-compatible broker centred on transactions.")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        help="DEBUG, INFO, WARNING or ERROR (default INFO for servers, WARNING for admin, demo and spark commands)",
+    )
     parser.add_argument("--log-file", default=None, help="also write the log to this file")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -169,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--broker-port", type=int, default=10911)
     dev.add_argument("-c", "--config", default=None, help="a broker.conf whose settings apply to the broker")
     dev.add_argument("--flush", choices=["SYNC_FLUSH", "ASYNC_FLUSH"], default=None)
-    dev.add_argument("--segment-size", type=int, default=None, help="commit-log segment size in bytes")
+    dev.add_argument(
+        "--segment-size", type=int, default=None, help="commit-log segment size in bytes (default 128 MiB for dev)"
+    )
     dev.set_defaults(func=cmd_dev)
 
     ns = sub.add_parser("namesrv", help="run a name server")
@@ -202,12 +211,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMAND_EXTENSIONS = ("txmq.cli.demo", "txmq.cli.spark")
+DEV_SEGMENT_SIZE = 128 * 1024 * 1024
+# Long-running processes log their life at INFO; one-shot commands keep the terminal for their answer.
+SERVER_COMMANDS = ("dev", "namesrv", "broker")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _setup_logging(args.log_level, args.log_file)
+    level = args.log_level or ("INFO" if args.command in SERVER_COMMANDS else "WARNING")
+    _setup_logging(level, args.log_file)
     try:
         return int(args.func(args) or 0)
     except TxmqError as exc:

@@ -181,6 +181,7 @@ async def embedded_cluster(data_dir: Path) -> AsyncIterator[str]:
         store_path_root_dir=str(data_dir / "store"),
         transaction_time_out=1000,
         transaction_check_interval=1000,
+        mapped_file_size_commit_log=64 * 1024 * 1024,  # a demo needs no 1 GiB segment
     )
     broker = Broker(config)
     try:
