@@ -11,8 +11,7 @@ def cmd_demo_orders(args: argparse.Namespace) -> int:
     from txmq.cli import _run
     from txmq.demo import orders
 
-    if not args.verbose:
-        logging.getLogger("txmq").setLevel(logging.WARNING)
+    logging.getLogger("txmq").setLevel(logging.INFO if args.verbose else logging.WARNING)
     code = 0
 
     async def main() -> None:
