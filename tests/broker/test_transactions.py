@@ -11,11 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
-from txmq.broker.broker import Broker
-from txmq.broker.config import BrokerConfig
+from broker_harness import InProcessBroker
 from txmq.broker.topics import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from txmq.clock import FakeClock
-from txmq.net import Connection, connect
+from txmq.net import Connection
 from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import (
@@ -38,55 +36,19 @@ ROLLBACK = 12
 _uniq = itertools.count(1)
 
 
-class Harness:
-    """A broker on loopback (restartable on the same store) plus a raw producer connection."""
+class Harness(InProcessBroker):
+    """A broker on loopback (restartable on the same store) plus raw producer connections."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.clock = FakeClock()
-        self.broker: Broker | None = None
-        self.overrides: dict[str, Any] = {}
-        self.conns: list[Connection] = []
-
-    async def start(self, **overrides: Any) -> Broker:
-        self.overrides.update(overrides)
-        config = BrokerConfig(
-            listen_port=0,
-            broker_ip1="127.0.0.1",
-            store_path_root_dir=str(self.root / "store"),
-            mapped_file_size_commit_log=1 << 20,
-            client_channel_expired_seconds=10**7,
-            transaction_time_out=6_000,
-            transaction_check_interval=10_000,
-            transaction_check_max=3,
-            **self.overrides,
+        super().__init__(
+            root,
+            {"transaction_time_out": 6_000, "transaction_check_interval": 10_000, "transaction_check_max": 3},
         )
-        self.broker = Broker(config, clock=self.clock)
-        await self.broker.start("127.0.0.1")
-        return self.broker
-
-    async def stop(self) -> None:
-        for conn in self.conns:
-            conn.close()
-        self.conns.clear()
-        if self.broker is not None:
-            await self.broker.close()
-            self.broker = None
-
-    async def restart(self) -> Broker:
-        await self.stop()
-        return await self.start()
 
     @property
     def svc(self) -> Any:
         assert self.broker is not None
         return self.broker.transactions
-
-    async def connect(self, handler: Callable[..., Any] | None = None) -> Connection:
-        assert self.broker is not None
-        conn = await connect("127.0.0.1", self.broker.config.listen_port, handler, clock=self.clock)
-        self.conns.append(conn)
-        return conn
 
     async def producer(self, group: str = "PG") -> Producer:
         producer = Producer(self, group)

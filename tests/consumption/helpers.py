@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import orjson
 
+from broker_harness import InProcessBroker
 from txmq.broker.broker import Broker
-from txmq.broker.config import BrokerConfig
-from txmq.clock import FakeClock
-from txmq.net import Connection, connect
+from txmq.net import Connection
 from txmq.protocol.codes import RequestCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
@@ -22,39 +20,19 @@ from txmq.protocol.record import MessageRecord, decode_offset_msg_id, encode_pro
 _uniq = itertools.count(1)
 
 
-class Harness:
-    def __init__(self, root: Path, **overrides: Any) -> None:
-        self.root = root
-        self.clock = FakeClock()
-        self.broker: Broker | None = None
-        self.overrides = overrides
-        self.conn: Connection | None = None
+class Harness(InProcessBroker):
+    """A broker plus one raw client connection (``conn``), reopened on every restart."""
 
-    async def start(self) -> Broker:
-        config = BrokerConfig(
-            listen_port=0,
-            broker_ip1="127.0.0.1",
-            store_path_root_dir=str(self.root / "store"),
-            mapped_file_size_commit_log=1 << 20,
-            client_channel_expired_seconds=10**7,
-            **self.overrides,
-        )
-        self.broker = Broker(config, clock=self.clock)
-        await self.broker.start("127.0.0.1")
-        self.conn = await connect("127.0.0.1", self.broker.config.listen_port, clock=self.clock)
-        return self.broker
+    conn: Connection | None = None
+
+    async def start(self, **overrides: Any) -> Broker:
+        broker = await super().start(**overrides)
+        self.conn = await self.connect()
+        return broker
 
     async def stop(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-        if self.broker is not None:
-            await self.broker.close()
-            self.broker = None
-
-    async def restart(self) -> Broker:
-        await self.stop()
-        return await self.start()
+        self.conn = None
+        await super().stop()
 
     @property
     def svc(self) -> Any:
