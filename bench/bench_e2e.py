@@ -15,12 +15,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from cluster_harness import DevCluster  # noqa: E402
-
-from txmq.client import Message, MessageQueue, Producer, PullConsumer, PullStatus  # noqa: E402
+from cluster_harness import DevCluster
+from txmq.client import Message, MessageQueue, Producer, PullConsumer, PullStatus
+from txmq.net import install_event_loop
 
 BODY = b"x" * 1024
 
@@ -80,6 +81,12 @@ async def consume_phase(namesrv: str, topic: str) -> dict[str, float]:
     return {"msgs": count, "rate": count / elapsed if elapsed else float("nan")}
 
 
+def run(coro: Any) -> Any:
+    """The client side on uvloop too, as txmq's own command-line tools run it."""
+    install_event_loop()
+    return asyncio.run(coro)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -94,12 +101,15 @@ def main() -> None:
             try:
                 for n in (int(x) for x in args.inflight.split(",")):
                     topic = f"Bench_{flush}_{n}"
-                    r = asyncio.run(send_phase(cluster.namesrv_addr, topic, n, args.seconds))
+                    r = run(send_phase(cluster.namesrv_addr, topic, n, args.seconds))
                     rows.append((flush, n, r))
-                    print(f"{flush:11s} in-flight {n:4d}: {r['rate']:9.0f} msg/s  p50 {r['p50_ms']:6.2f} ms  "
-                          f"p99 {r['p99_ms']:6.2f} ms  ({r['msgs']} msgs)", flush=True)
+                    print(
+                        f"{flush:11s} in-flight {n:4d}: {r['rate']:9.0f} msg/s  p50 {r['p50_ms']:6.2f} ms  "
+                        f"p99 {r['p99_ms']:6.2f} ms  ({r['msgs']} msgs)",
+                        flush=True,
+                    )
                 biggest = f"Bench_{flush}_{max(int(x) for x in args.inflight.split(','))}"
-                c = asyncio.run(consume_phase(cluster.namesrv_addr, biggest))
+                c = run(consume_phase(cluster.namesrv_addr, biggest))
                 consume_rows.append((flush, c))
                 print(f"{flush:11s} consume: {c['rate']:9.0f} msg/s ({c['msgs']} msgs)", flush=True)
             finally:
