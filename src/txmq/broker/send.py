@@ -24,6 +24,7 @@ from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import SendMessageRequestHeader
 from txmq.protocol.record import (
+    TRANSACTION_MASK,
     MessageRecord,
     Prop,
     SysFlag,
@@ -31,7 +32,6 @@ from txmq.protocol.record import (
     decode_properties,
     encode_offset_msg_id,
     normalize_host,
-    transaction_type,
 )
 
 if TYPE_CHECKING:
@@ -181,9 +181,9 @@ class SendProcessor:
         )
         if props.get(Prop.TRAN_MSG, "").lower() == "true":
             return broker.transactions.prepare(cmd, record, response_queue_id)
-        if transaction_type(record.sys_flag) != 0:
-            # Only END_TRANSACTION may write COMMIT or ROLLBACK records.
-            record.sys_flag &= ~0xC
+        if record.sys_flag & TRANSACTION_MASK:
+            # Only END_TRANSACTION may write COMMIT or ROLLBACK records (a plain int test: no enum per message).
+            record.sys_flag &= ~TRANSACTION_MASK
         delay = props.get(Prop.DELAY)
         if delay and delay != "0":
             record = broker.schedule.redirect(record, delay)
