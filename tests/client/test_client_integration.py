@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from client_fakes import wait_until
 
+from listeners import Collector
 from txmq.client import (
     Admin,
     ConsumeFromWhere,
@@ -80,23 +81,6 @@ async def make_topic(admin: Admin, queues: int = 4) -> str:
             await asyncio.sleep(0.05)
     assert routed, f"topic {topic} never got a route"
     return topic
-
-
-class Collector:
-    """A concurrent listener that records everything it sees."""
-
-    def __init__(self) -> None:
-        self.messages: list[MessageExt] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, msgs: list[MessageExt]) -> ConsumeStatus:
-        with self.lock:
-            self.messages.extend(msgs)
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    def bodies(self) -> list[bytes]:
-        with self.lock:
-            return [m.body for m in self.messages]
 
 
 async def test_every_send_mode_is_consumed_exactly_once_by_a_clustered_group(cluster: Any, admin: Admin) -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from listeners import Collector
 from txmq.client import (
     Admin,
     ConsumeFromWhere,
-    ConsumeStatus,
     LocalTransactionState,
     Message,
     MessageExt,
@@ -53,23 +52,6 @@ async def make_topic(namesrv: str, queues: int = 4) -> str:
                 if loop.time() > deadline:
                     raise
                 await asyncio.sleep(0.05)
-
-
-class Collector:
-    """A concurrent listener that records every message it is given."""
-
-    def __init__(self) -> None:
-        self.messages: list[MessageExt] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, msgs: list[MessageExt]) -> ConsumeStatus:
-        with self.lock:
-            self.messages.extend(msgs)
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    def bodies(self) -> Counter[bytes]:
-        with self.lock:
-            return Counter(m.body for m in self.messages)
 
 
 async def start_consumer(namesrv: str, topic: str, collector: Collector, **options: Any) -> PushConsumer:

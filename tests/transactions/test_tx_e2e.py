@@ -66,7 +66,7 @@ async def test_commit_once_rollback_never_unknown_resolved_by_check(txmq_cluster
                 assert result.local_transaction_state is expected, body
             committed = {b for b in bodies if b.startswith((b"commit", b"unknown"))} | {b"boom-0", b"boom-2"}
             assert len(committed) == 5 + 5 + 2
-            await wait_until(lambda: set(collector.bodies()) >= committed, 60, "every committed message")
+            await wait_until(lambda: set(collector.body_counts()) >= committed, 60, "every committed message")
             # The in-doubt ones were resolved by checks; decided ones need none.
             assert listener.checked_bodies() >= {b for b in bodies if b.startswith((b"unknown", b"boom"))}
             checked = listener.checked[0]
@@ -76,7 +76,7 @@ async def test_commit_once_rollback_never_unknown_resolved_by_check(txmq_cluster
         await asyncio.sleep(1.5)  # room for a duplicate or a stray rollback to show up, if there were one
     finally:
         await consumer.shutdown()
-    counts = collector.bodies()
+    counts = collector.body_counts()
     assert set(counts) == committed
     assert [b for b, n in counts.items() if n > 1] == []
     for m in collector.messages:
@@ -109,13 +109,13 @@ async def test_async_listener_and_exception_means_unknown(txmq_cluster: Any) -> 
             failed = await p.send_message_in_transaction(Message(topic, b"async-fail"), "fail")
             assert ok.local_transaction_state is C and LocalTransactionState.COMMIT_MESSAGE is C
             assert failed.local_transaction_state is U
-            await wait_until(lambda: set(collector.bodies()) == {b"async-ok", b"async-fail"}, 60, "both messages")
+            await wait_until(lambda: set(collector.body_counts()) == {b"async-ok", b"async-fail"}, 60, "both messages")
             assert p.checks_answered >= 1
         await asyncio.sleep(1)
     finally:
         await consumer.shutdown()
     assert seen_args == ["ok", "fail"]
-    assert collector.bodies() == {b"async-ok": 1, b"async-fail": 1}
+    assert collector.body_counts() == {b"async-ok": 1, b"async-fail": 1}
 
 
 def test_blocking_producer_runs_the_local_transaction_in_the_calling_thread(txmq_cluster: Any) -> None:
@@ -143,11 +143,11 @@ def test_blocking_producer_runs_the_local_transaction_in_the_calling_thread(txmq
         assert [r.local_transaction_state for r in results] == [C if i % 10 == 0 else R for i in range(20)]
         assert threads == [threading.get_ident()] * 20
         deadline = time.monotonic() + 60
-        while set(collector.bodies()) != {b"blocking-0", b"blocking-10"}:
-            assert time.monotonic() < deadline, collector.bodies()
+        while set(collector.body_counts()) != {b"blocking-0", b"blocking-10"}:
+            assert time.monotonic() < deadline, collector.body_counts()
             time.sleep(0.05)
         time.sleep(1)
-    assert collector.bodies() == {b"blocking-0": 1, b"blocking-10": 1}
+    assert collector.body_counts() == {b"blocking-0": 1, b"blocking-10": 1}
 
 
 async def test_producer_killed_after_prepare_is_resolved_by_another_instance(txmq_cluster: Any) -> None:
@@ -182,11 +182,11 @@ async def test_producer_killed_after_prepare_is_resolved_by_another_instance(txm
     try:
         async with TransactionProducer(group, ns, listener, instance_name=unique("survivor"), **FAST) as survivor:
             await wait_until(lambda: listener.checked_bodies() == set(book), 60, "checks of every orphaned message")
-            await wait_until(lambda: set(collector.bodies()) == committed, 60, "the committed orphans")
+            await wait_until(lambda: set(collector.body_counts()) == committed, 60, "the committed orphans")
             assert survivor.checks_answered >= count
             assert {m.body: m.msg_id for m in listener.checked} == prepared
         await asyncio.sleep(1.5)
     finally:
         await consumer.shutdown()
-    assert collector.bodies() == dict.fromkeys(committed, 1)
+    assert collector.body_counts() == dict.fromkeys(committed, 1)
     assert {m.body: m.msg_id for m in collector.messages} == {b: prepared[b] for b in committed}
