@@ -349,3 +349,26 @@ async def test_restart_keeps_history_and_old_ones_are_read_from_disk(tmp_path: P
         await eventually(lambda: len(h.svc.pending[pending.phys].check_log) == 2, "the check is in the history")
     finally:
         await h.stop()
+
+
+async def test_a_commit_read_back_from_disk_names_the_message_it_delivered(tmp_path: Path) -> None:
+    # The committed copy and its op marker are stored in one append; the marker's TXMQ_COPY_MSG_ID is filled in by
+    # the writer. A transaction no longer held in memory is rebuilt from that marker.
+    h = Harness(tmp_path)
+    await h.start(extra={"transactionHistoryMax": "1"})
+    try:
+        p = await h.producer()
+        preps = [await p.prepare("TxTopic", f"m{i}".encode()) for i in range(3)]
+        for prep in preps:
+            assert (await p.conn.request(p.end_cmd(prep, COMMIT, oneway=False), timeout=5)).code == 0
+        delivered = {
+            r.body: encode_offset_msg_id(r.store_host, r.physical_offset) for r in await pull_real(h, "TxTopic")
+        }
+        assert len(delivered) == 3
+        await h.restart()
+        for i, prep in enumerate(preps):
+            assert prep.phys not in h.svc.records or i == 2
+            shown = await show(h, prep.uniq)
+            assert shown["state"] == "COMMITTED" and shown["deliveredMsgId"] == delivered[f"m{i}".encode()]
+    finally:
+        await h.stop()

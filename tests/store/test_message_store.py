@@ -162,6 +162,35 @@ async def test_put_many_is_refused_as_a_whole_when_one_record_is_invalid(store: 
     assert store.max_offset("B", 0) == 0 and store.max_physical_offset() == 0
 
 
+@pytest.mark.parametrize("host", [("10.9.8.7", 10911), ("fe80::1", 10911)])
+async def test_put_many_link_writes_the_offset_of_the_record_before(store: MessageStore, host: Any) -> None:
+    def pair(body_size: int) -> list[MessageRecord]:
+        marker = make_record("Op", 0, b"7", REF=encode_offset_msg_id(host, 0), AFTER="x")
+        return [make_record("Real", 0, os.urandom(body_size)), marker]
+
+    links = [await store.put_many(pair(100 + 50 * i), link="REF") for i in range(3)]
+    # The copy fills its segment up to the end-of-file blank, so the linking record starts the next segment.
+    overhead = len(encode_record(pair(0)[0]))
+    room = SEGMENT - store.max_physical_offset() % SEGMENT - 8
+    links.append(await store.put_many(pair(room - overhead), link="REF"))
+    assert links[-1][0].physical_offset // SEGMENT != links[-1][1].physical_offset // SEGMENT
+    for stored, marked in links:
+        assert stored.ok and marked.ok
+        on_disk = store.read_message(marked.physical_offset)
+        assert on_disk is not None and on_disk.properties["AFTER"] == "x"
+        assert on_disk.properties["REF"] == encode_offset_msg_id(host, stored.physical_offset)
+
+
+async def test_put_many_link_needs_a_placeholder_and_a_record_before(store: MessageStore) -> None:
+    with pytest.raises(ValueError, match="record before"):
+        await store.put_many([make_record("Op", REF="0" * 32)], link="REF")
+    with pytest.raises(ValueError, match="no property"):
+        await store.put_many([make_record("Real"), make_record("Op")], link="REF")
+    with pytest.raises(ValueError, match="placeholder"):
+        await store.put_many([make_record("Real"), make_record("Op", REF="abc")], link="REF")
+    assert store.max_physical_offset() == 0
+
+
 @pytest.mark.parametrize(
     ("record", "status", "remark"),
     [

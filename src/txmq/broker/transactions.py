@@ -27,7 +27,9 @@ set and not -1), then every ``transactionCheckInterval`` ms; once it has had ``t
 copied, properties kept, to ``TRANS_CHECK_MAX_TIME_TOPIC`` at its next due time and a DISCARD marker is written. A
 record that fails to read or check is logged and rescheduled one interval later; it never stalls the round.
 
-Crash safety of COMMIT: the real-topic copy is stored before the op marker. If the broker dies in between, the start-up
+Crash safety of COMMIT: the real-topic copy and the op marker are one append, copy first (the writer fills the copy's
+offset into the marker's ``TXMQ_COPY_MSG_ID``), so a torn tail can lose the marker but never keep it without the copy.
+If the broker dies in between (or the marker alone is lost), the start-up
 rebuild finds the half message pending and, before scheduling any check, looks for an existing committed copy: via the
 store's key index (``query_by_key(REAL_TOPIC, UNIQ_KEY)``; without a UNIQ_KEY, by scanning the tail of the real queue)
 for a COMMIT-type record whose PREPARED TX OFFSET is the half commit-log offset. When found, the missing COMMIT marker
@@ -118,6 +120,7 @@ _SCAN_CHUNK = 1024
 _TAIL_SCAN = 1024  # real-queue entries searched for a committed copy when the half message has no UNIQ_KEY
 _OP_SCAN_LIMIT = 200_000  # op-queue entries searched backwards for an old marker that the key index cannot find
 _NO_GUARD = 2**63 - 1
+_RECENT_HALVES = 8192  # decoded half messages kept for END_TRANSACTION (about 1.5 KiB each for 1 KiB bodies)
 JOURNAL_NAME = "transactionJournal.log"
 LEGACY_CHECKS_NAME = "transactionChecks.json"
 DEFAULT_HISTORY_MAX = 10_000
@@ -340,7 +343,9 @@ class TransactionService:
         self.counters = TxCounters(_extra_int(broker.config, "transactionResolutionWindow", DEFAULT_RESOLUTION_WINDOW))
         self._heap: list[tuple[int, int, int]] = []  # (due_ms, seq, half phys)
         self._seq = itertools.count()
-        self._inflight: dict[int, asyncio.Future[None]] = {}
+        self._inflight: dict[int, list[asyncio.Future[None]]] = {}  # half phys -> waiters for its decision
+        # Half messages just prepared, as stored, so END_TRANSACTION need not read and decode them back (bounded).
+        self._recent_halves: dict[int, MessageRecord] = {}
         self._uniq = UniqKeyGenerator(broker.config.advertised_ip)
         config_dir = Path(broker.config.store_path_root_dir) / "config"
         self._journal_path = config_dir / JOURNAL_NAME
@@ -1008,6 +1013,10 @@ class TransactionService:
             record.store_size = result.size
             entry = self._pending_from(record)
             self.counters.add("halfMessages")
+            recent = self._recent_halves
+            recent[result.physical_offset] = record
+            if len(recent) > _RECENT_HALVES:
+                del recent[next(iter(recent))]
             if entry is not None:
                 entry.due_ms = entry.first_due_ms
                 self._add_pending(entry)
@@ -1019,18 +1028,18 @@ class TransactionService:
     # -- END_TRANSACTION -------------------------------------------------------------------------------------------
 
     async def end_transaction(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
-        response = await self._end_transaction(conn, cmd)
-        if cmd.is_oneway:
+        code, remark = await self._end_transaction(conn, cmd)
+        if cmd.is_oneway:  # as real clients send it: nobody reads an answer
             return None
-        return response
+        return cmd.response(code, remark)
 
-    async def _end_transaction(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    async def _end_transaction(self, conn: Any, cmd: RemotingCommand) -> tuple[int, str | None]:
         peer = getattr(conn, "peer", None)
         try:
             header = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
         except ProtocolError as exc:
             log.warning("END_TRANSACTION from %s is malformed: %s", peer, exc)
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
+            return ResponseCode.SYSTEM_ERROR, str(exc)
         decision = _DECISIONS.get(header.commitOrRollback)
         if header.fromTransactionCheck:
             self._note_answer(header.commitLogOffset, header.producerGroup, decision or UNKNOWN)
@@ -1042,10 +1051,10 @@ class TransactionService:
                     header.msgId,
                     header.commitOrRollback,
                 )
-            return cmd.response(ResponseCode.SUCCESS, "transaction state unknown; the broker will check it later")
+            return ResponseCode.SUCCESS, "transaction state unknown; the broker will check it later"
         if not self._ready:
-            return cmd.response(ResponseCode.SYSTEM_BUSY, "[TXMQ] the transaction service is not running")
-        code, remark = await self._serialised(
+            return ResponseCode.SYSTEM_BUSY, "[TXMQ] the transaction service is not running"
+        return await self._serialised(
             header.commitLogOffset,
             lambda: self._decide(
                 header.commitLogOffset,
@@ -1058,20 +1067,22 @@ class TransactionService:
                 transaction_id=header.transactionId,
             ),
         )
-        return cmd.response(code, remark)
 
     async def _serialised(self, phys: int, action: Any) -> tuple[int, str | None]:
         """Run ``action()`` with no other decision or resume of the half message at ``phys`` in progress."""
-        while (busy := self._inflight.get(phys)) is not None:
-            await asyncio.shield(busy)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._inflight[phys] = done
+        inflight = self._inflight
+        while (waiters := inflight.get(phys)) is not None:
+            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            waiters.append(turn)
+            await turn
+        inflight[phys] = []
         try:
             result: tuple[int, str | None] = await action()
             return result
         finally:
-            self._inflight.pop(phys, None)
-            done.set_result(None)
+            for turn in inflight.pop(phys):
+                if not turn.done():
+                    turn.set_result(None)
 
     async def _decide(
         self,
@@ -1087,11 +1098,12 @@ class TransactionService:
     ) -> tuple[int, str | None]:
         store = self.broker.store
         assert store is not None
-        try:
-            half = store.read_message(phys)
-        except Exception as exc:
-            log.warning("END_TRANSACTION %s at commit-log offset %d: record unreadable: %s", msg_id, phys, exc)
-            half = None
+        half = self._recent_halves.get(phys)
+        if half is None:
+            try:
+                half = store.read_message(phys)
+            except Exception as exc:
+                log.warning("END_TRANSACTION %s at commit-log offset %d: record unreadable: %s", msg_id, phys, exc)
         if half is None or half.topic != TRANS_HALF_TOPIC:
             log.warning("END_TRANSACTION %s from %s: no prepared message at commit-log offset %d", msg_id, peer, phys)
             return ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
@@ -1136,20 +1148,32 @@ class TransactionService:
             return ResponseCode.SYSTEM_ERROR, (
                 f"[TXMQ] transaction {msg_id} was already decided as {earlier}; {decision} refused"
             )
-        copy_msg_id = None
-        if decision == COMMIT:
-            stored = await self._put_commit(half)
-            if isinstance(stored, tuple):
-                return stored
-            copy_msg_id = encode_offset_msg_id(self.broker.store_host, stored)
         rec = self.records.get(phys)
         if rec is None:
             rec = self._pending_from(half)
+        copy_msg_id = None
+        if decision == COMMIT:
+            copy = self._commit_copy(half)
+            if isinstance(copy, tuple):
+                return copy
+            # The copy and its op marker in one append; the marker's TXMQ_COPY_MSG_ID gets the copy's offset from
+            # the writer. The copy comes first: a torn tail can only lose the marker, which the rebuild repairs.
+            placeholder = encode_offset_msg_id(self.broker.store_host, 0)
+            marker = self._op_record(rec, decision, by, placeholder, half=half)
+            stored, marked = await store.put_many([copy, marker], link=PROP_COPY_MSG_ID)
+            code = self.broker.put_status_code(stored)
+            if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+                log.error("committing half message at %d failed: %s", phys, stored)
+                return code, f"storing the committed message failed: {stored.status.value}"
+            copy_msg_id = encode_offset_msg_id(self.broker.store_host, stored.physical_offset)
+            self._marker_stored(marked, OP_TAG, COMMIT, phys)
         if rec is not None and transaction_id and transaction_id != rec.uniq_key:
             rec.transaction_id = transaction_id
         self.decided[phys] = decision
         self.pending.pop(phys, None)
-        await self._write_op(rec, decision, by, copy_msg_id, half=half)
+        self._recent_halves.pop(phys, None)
+        if decision != COMMIT:
+            await self._write_op(rec, decision, by, copy_msg_id, half=half)
         if rec is not None:
             self._resolve_record(rec, decision, by, copy_msg_id)
         if by == BY_OPERATOR:
@@ -1175,8 +1199,8 @@ class TransactionService:
             properties=props,
         )
 
-    async def _put_commit(self, half: MessageRecord) -> int | tuple[int, str]:
-        """Store the committed copy; returns its commit-log offset, or (error code, remark)."""
+    def _commit_copy(self, half: MessageRecord) -> MessageRecord | tuple[int, str]:
+        """The committed copy to store (redirected to the schedule topic when delayed), or (error code, remark)."""
         from txmq.broker.send import SendError
 
         try:
@@ -1189,13 +1213,27 @@ class TransactionService:
                 record = self.broker.schedule.redirect(record, delay)
             except SendError as exc:
                 return exc.code, exc.remark
-        assert self.broker.store is not None
-        result = await self.broker.store.put(record)
-        code = self.broker.put_status_code(result)
-        if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
-            log.error("committing half message at %d failed: %s", half.physical_offset, result)
-            return code, f"storing the committed message failed: {result.status.value}"
-        return int(result.physical_offset)
+        return record
+
+    def _op_record(
+        self,
+        rec: TransactionRecord | None,
+        decision: str,
+        by: str,
+        copy_msg_id: str | None,
+        *,
+        half: MessageRecord | None = None,
+    ) -> MessageRecord:
+        """The op marker (tag ``d``) of a decision."""
+        props = {PROP_DECISION: decision, PROP_BY: by}
+        if copy_msg_id:
+            props[PROP_COPY_MSG_ID] = copy_msg_id
+        if rec is None:
+            assert half is not None
+            target = _Target(half.physical_offset, half.queue_offset, half.properties.get(Prop.UNIQ_KEY))
+        else:
+            target = _Target(rec.phys, rec.queue_offset, rec.uniq_key)
+        return self._marker_record(target, OP_TAG, props)
 
     async def _write_op(
         self,
@@ -1206,28 +1244,22 @@ class TransactionService:
         *,
         half: MessageRecord | None = None,
     ) -> bool:
-        """The op marker (tag ``d``) of a decision."""
-        props = {PROP_DECISION: decision, PROP_BY: by}
-        if copy_msg_id:
-            props[PROP_COPY_MSG_ID] = copy_msg_id
-        if rec is None:
-            assert half is not None
-            target = _Target(half.physical_offset, half.queue_offset, half.properties.get(Prop.UNIQ_KEY))
-        else:
-            target = _Target(rec.phys, rec.queue_offset, rec.uniq_key)
-        return await self._write_marker(target, OP_TAG, props)
+        """Store the op marker of a decision on its own."""
+        assert self.broker.store is not None
+        record = self._op_record(rec, decision, by, copy_msg_id, half=half)
+        result = await self.broker.store.put(record)
+        return self._marker_stored(result, OP_TAG, decision, record.properties[PROP_HALF_PHYS])
 
-    async def _write_marker(self, target: Any, tag: str, extra: dict[str, str]) -> bool:
+    def _marker_record(self, target: Any, tag: str, extra: dict[str, str]) -> MessageRecord:
         """An op-topic record about the half message ``target`` (``phys``, ``queue_offset``, ``uniq_key``)."""
         broker = self.broker
-        assert broker.store is not None
         if broker.topics.ensure(TRANS_OP_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)[1]:
             broker.topic_changed()
         now = self.clock.now_ms()
         props = {Prop.TAGS: tag, Prop.UNIQ_KEY: self._uniq.next(now), PROP_HALF_PHYS: str(target.phys), **extra}
         if target.uniq_key:
             props[Prop.KEYS] = target.uniq_key  # the key index then finds a transaction's markers
-        record = MessageRecord(
+        return MessageRecord(
             topic=TRANS_OP_HALF_TOPIC,
             body=str(target.queue_offset).encode("ascii"),
             queue_id=0,
@@ -1236,17 +1268,24 @@ class TransactionService:
             store_host=broker.store_host,
             properties=props,
         )
-        result = await broker.store.put(record)
-        if not result.ok:
-            log.error(
-                "writing the %s op record (%s) for half message %d failed: %s (a restart re-derives it)",
-                tag,
-                extra.get(PROP_DECISION, ""),
-                target.phys,
-                result,
-            )
-            return False
-        return True
+
+    async def _write_marker(self, target: Any, tag: str, extra: dict[str, str]) -> bool:
+        assert self.broker.store is not None
+        result = await self.broker.store.put(self._marker_record(target, tag, extra))
+        return self._marker_stored(result, tag, extra.get(PROP_DECISION, ""), target.phys)
+
+    @staticmethod
+    def _marker_stored(result: Any, tag: str, decision: str, phys: object) -> bool:
+        if result.ok:
+            return True
+        log.error(
+            "writing the %s op record (%s) for half message %s failed: %s (a restart re-derives it)",
+            tag,
+            decision,
+            phys,
+            result,
+        )
+        return False
 
     # -- checks ----------------------------------------------------------------------------------------------------
 

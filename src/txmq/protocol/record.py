@@ -173,7 +173,12 @@ def _is_v6(host: Host) -> bool:
 
 
 def _decode_host(data: bytes) -> Host:
-    ip = str(ipaddress.ip_address(bytes(data[:-4])))
+    return _decode_host_bytes(bytes(data))
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_host_bytes(data: bytes) -> Host:
+    ip = str(ipaddress.ip_address(data[:-4]))
     (port,) = struct.unpack(">i", data[-4:])
     return (ip, port)
 

@@ -163,7 +163,7 @@ NewMessagesCallback = Callable[[str, int, int], Any]
 class _Request:
     """One put or put_many waiting for the writer."""
 
-    __slots__ = ("entries", "future", "loop", "result", "single", "waiter")
+    __slots__ = ("entries", "future", "link", "loop", "result", "single", "waiter")
 
     def __init__(
         self,
@@ -178,6 +178,25 @@ class _Request:
         self.single = single
         self.result: Any = None
         self.waiter: Any = None
+        self.link: int = -1  # byte position in the last entry that receives the previous entry's offset (hex)
+
+
+def _link_position(entries: list[AppendEntry], prop: str) -> int:
+    """Where the 16 offset hex digits of the offsetMsgId in property ``prop`` of the last entry start."""
+    if len(entries) < 2:
+        raise ValueError("a link needs a record before the linking one")
+    buf = entries[-1][0]
+    name = prop.encode() + b"\x01"
+    start = buf.rfind(name)
+    if start < 0:
+        raise ValueError(f"the last record has no property {prop}")
+    end = buf.find(b"\x02", start)
+    if end < 0:
+        end = len(buf)
+    value = bytes(buf[start + len(name) : end])
+    if len(value) not in (32, 56):
+        raise ValueError(f"property {prop} is not an offsetMsgId placeholder: {value!r}")
+    return end - 16
 
 
 class _Task:
@@ -420,14 +439,23 @@ class MessageStore:
         self._submit(loop, _Request([entry], fut, loop, True))
         return fut
 
-    async def put_many(self, records: list[MessageRecord]) -> list[PutResult]:
-        """Append records as one request: consecutive queue offsets per queue, all written or none accepted."""
+    async def put_many(self, records: list[MessageRecord], *, link: str | None = None) -> list[PutResult]:
+        """Append records as one request: consecutive queue offsets per queue, all written or none accepted.
+
+        ``link`` names a property of the **last** record whose value is an offsetMsgId placeholder (IPv4 or IPv6
+        store host, any offset): the writer sets its offset part to the commit-log offset the record before it gets.
+        One append can so store a record together with a reference to another (a committed copy and its op
+        marker) without a second round through the writer.
+        """
         entries = self._encode_all(records)
         if isinstance(entries, PutResult):
             return [entries] * max(1, len(records))
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self._submit(loop, _Request(entries, fut, loop, False))
+        req = _Request(entries, fut, loop, False)
+        if link is not None:
+            req.link = _link_position(entries, link)
+        self._submit(loop, req)
         results: list[PutResult] = await fut
         return results
 
@@ -645,6 +673,8 @@ class MessageStore:
                 results.append(result(ok, wpos, qo, now, size, host))
                 wpos += size
                 nbytes += size
+            if req.link >= 0:  # the last entry refers to the one before it (its buffer is not written yet)
+                req.entries[-1][0][req.link : req.link + 16] = b"%016X" % results[-2].physical_offset
             n = len(results)
             messages += n
             topic_puts[topic] = topic_puts.get(topic, 0) + n  # per request: a put_many has one topic in practice
