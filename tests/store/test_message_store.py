@@ -487,10 +487,13 @@ def test_a_store_directory_can_be_open_only_once(tmp_path: Any) -> None:
 async def test_a_dead_writer_thread_never_leaves_puts_hanging(make_store: MakeStore) -> None:
     store = make_store()
 
-    def bug() -> None:
+    original = store._run_group
+
+    def buggy(reqs: Any) -> None:
+        original(reqs)  # the group completes, then the loop itself fails
         raise RuntimeError("a bug in the writer loop")
 
-    store._maybe_checkpoint = bug  # type: ignore[method-assign]  # runs after every group
+    store._run_group = buggy  # type: ignore[method-assign]
     first = await store.put(make_record("D", 0, b"written"))
     assert first.ok
     later = [await store.put(make_record("D", 0, b"after")) for _ in range(3)]
@@ -499,3 +502,33 @@ async def test_a_dead_writer_thread_never_leaves_puts_hanging(make_store: MakeSt
     with pytest.raises(StoreError, match="writer thread died"):
         store.flush()
     await store.close()
+
+
+async def test_appends_do_not_wait_for_a_slow_checkpoint(make_store: MakeStore) -> None:
+    # The consume-queue and index fdatasyncs of a checkpoint take tens of milliseconds under load; they run on their
+    # own thread, so a checkpoint stuck in the index flush holds up no append.
+    store = make_store(flush_interval_consume_queue=10)
+    entered, release = threading.Event(), threading.Event()
+    index_flush = store.key_index.flush
+
+    def slow_flush() -> None:
+        entered.set()
+        release.wait(30)
+        index_flush()
+
+    store.key_index.flush = slow_flush  # type: ignore[method-assign]
+    try:
+        first = await store.put(make_record("C", 0, b"first"))
+        assert first.ok
+        assert await asyncio.to_thread(entered.wait, 30)  # a periodic checkpoint is now inside the index flush
+
+        async def appends() -> list[Any]:
+            return [await store.put(make_record("C", 0, f"m{i}".encode(), uniq=f"{i:032X}")) for i in range(20)]
+
+        later = await asyncio.wait_for(appends(), 10)  # the checkpoint stays stuck for up to 30 s
+        assert all(r.ok for r in later) and not release.is_set()
+        assert store.max_offset("C", 0) == 21 and store.query_by_key("C", f"{7:032X}", 10)
+    finally:
+        release.set()
+    await asyncio.to_thread(store.flush)  # a forced checkpoint waits for the periodic one, then writes its own
+    assert store.statistics.checkpoint_latency_us.count >= 1

@@ -60,9 +60,10 @@ import heapq
 import itertools
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import orjson
 
@@ -973,7 +974,10 @@ class TransactionService:
 
     # -- prepare ---------------------------------------------------------------------------------------------------
 
-    async def prepare(self, cmd: RemotingCommand, record: MessageRecord, queue_id: int) -> RemotingCommand:
+    def prepare(
+        self, cmd: RemotingCommand, record: MessageRecord, queue_id: int
+    ) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+        """Store a half message; the response at once on refusal, else a future of it (no task per message)."""
         broker = self.broker
         if self.config.reject_transaction_message:
             return cmd.response(
@@ -1005,35 +1009,63 @@ class TransactionService:
         if broker.topics.ensure(TRANS_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)[1]:
             broker.topic_changed()
         assert broker.store is not None
-        result = await broker.store.put(record)
-        if result.ok:
-            record.physical_offset = result.physical_offset
-            record.queue_offset = result.queue_offset
-            record.store_timestamp = result.store_timestamp
-            record.store_size = result.size
-            entry = self._pending_from(record)
-            self.counters.add("halfMessages")
-            recent = self._recent_halves
-            recent[result.physical_offset] = record
-            if len(recent) > _RECENT_HALVES:
-                del recent[next(iter(recent))]
-            if entry is not None:
-                entry.due_ms = entry.first_due_ms
-                self._add_pending(entry)
-                self._remember(entry)
+        stored = broker.store.put_future(record)
+        answer: asyncio.Future[RemotingCommand] = stored.get_loop().create_future()
+
+        def prepared(done: asyncio.Future[Any]) -> None:
+            if answer.done():
+                return
+            if done.cancelled():
+                answer.cancel()
+            elif (exc := done.exception()) is not None:
+                answer.set_exception(exc)
             else:
-                log.warning("half message at %d has no producer group; it cannot be checked", result.physical_offset)
-        return broker.send_processor._response(cmd, result, queue_id)
+                result = done.result()
+                if result.ok:
+                    self._prepared(record, result)
+                answer.set_result(broker.send_processor._response(cmd, result, queue_id))
+
+        stored.add_done_callback(prepared)
+        return answer
+
+    def _prepared(self, record: MessageRecord, result: Any) -> None:
+        """A half message is stored: it enters the pending table."""
+        record.physical_offset = result.physical_offset
+        record.queue_offset = result.queue_offset
+        record.store_timestamp = result.store_timestamp
+        record.store_size = result.size
+        entry = self._pending_from(record)
+        self.counters.add("halfMessages")
+        recent = self._recent_halves
+        recent[result.physical_offset] = record
+        if len(recent) > _RECENT_HALVES:
+            del recent[next(iter(recent))]
+        if entry is not None:
+            entry.due_ms = entry.first_due_ms
+            self._add_pending(entry)
+            self._remember(entry)
+        else:
+            log.warning("half message at %d has no producer group; it cannot be checked", result.physical_offset)
 
     # -- END_TRANSACTION -------------------------------------------------------------------------------------------
 
-    async def end_transaction(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
-        code, remark = await self._end_transaction(conn, cmd)
-        if cmd.is_oneway:  # as real clients send it: nobody reads an answer
-            return None
-        return cmd.response(code, remark)
+    def end_transaction(
+        self, conn: Any, cmd: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
+        """The decision is validated at once; only its store write is waited for (a future, no task, when no other
+        decision about the same half message is in progress). Oneway requests, as real clients send them, get no
+        answer."""
+        outcome = self._end_transaction(conn, cmd)
+        if isinstance(outcome, tuple):
+            return None if cmd.is_oneway else cmd.response(*outcome)
+        if cmd.is_oneway:
+            if isinstance(outcome, asyncio.Future):
+                outcome.add_done_callback(_log_failure)
+                return None
+            return _drop_answer(outcome)
+        return _answer(cmd, outcome)
 
-    async def _end_transaction(self, conn: Any, cmd: RemotingCommand) -> tuple[int, str | None]:
+    def _end_transaction(self, conn: Any, cmd: RemotingCommand) -> _Decided:
         peer = getattr(conn, "peer", None)
         try:
             header = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
@@ -1054,10 +1086,11 @@ class TransactionService:
             return ResponseCode.SUCCESS, "transaction state unknown; the broker will check it later"
         if not self._ready:
             return ResponseCode.SYSTEM_BUSY, "[TXMQ] the transaction service is not running"
-        return await self._serialised(
-            header.commitLogOffset,
-            lambda: self._decide(
-                header.commitLogOffset,
+        phys = header.commitLogOffset
+
+        def decide() -> _Decided:
+            return self._decide(
+                phys,
                 decision,
                 group=header.producerGroup,
                 queue_offset=header.tranStateTableOffset,
@@ -1065,10 +1098,23 @@ class TransactionService:
                 by=BY_CHECK if header.fromTransactionCheck else BY_PRODUCER,
                 peer=peer,
                 transaction_id=header.transactionId,
-            ),
-        )
+            )
 
-    async def _serialised(self, phys: int, action: Any) -> tuple[int, str | None]:
+        if phys in self._inflight:
+            return self._serialised(phys, decide)
+        self._inflight[phys] = []
+        try:
+            outcome = decide()
+        except BaseException:
+            self._release(phys)
+            raise
+        if isinstance(outcome, tuple):
+            self._release(phys)
+        else:
+            outcome.add_done_callback(lambda _done: self._release(phys))
+        return outcome
+
+    async def _serialised(self, phys: int, action: Callable[[], _Decided]) -> tuple[int, str | None]:
         """Run ``action()`` with no other decision or resume of the half message at ``phys`` in progress."""
         inflight = self._inflight
         while (waiters := inflight.get(phys)) is not None:
@@ -1077,14 +1123,17 @@ class TransactionService:
             await turn
         inflight[phys] = []
         try:
-            result: tuple[int, str | None] = await action()
-            return result
+            outcome = action()
+            return outcome if isinstance(outcome, tuple) else await outcome
         finally:
-            for turn in inflight.pop(phys):
-                if not turn.done():
-                    turn.set_result(None)
+            self._release(phys)
 
-    async def _decide(
+    def _release(self, phys: int) -> None:
+        for turn in self._inflight.pop(phys, ()):
+            if not turn.done():
+                turn.set_result(None)
+
+    def _decide(
         self,
         phys: int,
         decision: str,
@@ -1095,7 +1144,9 @@ class TransactionService:
         by: str,
         peer: Any,
         transaction_id: str | None = None,
-    ) -> tuple[int, str | None]:
+    ) -> _Decided:
+        """Validate and apply a decision: (code, remark) when settled at once, else a future of it (the store
+        write). The first decision wins."""
         store = self.broker.store
         assert store is not None
         half = self._recent_halves.get(phys)
@@ -1151,7 +1202,10 @@ class TransactionService:
         rec = self.records.get(phys)
         if rec is None:
             rec = self._pending_from(half)
-        copy_msg_id = None
+        if rec is not None and transaction_id and transaction_id != rec.uniq_key:
+            rec.transaction_id = transaction_id
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[tuple[int, str | None]] = loop.create_future()
         if decision == COMMIT:
             copy = self._commit_copy(half)
             if isinstance(copy, tuple):
@@ -1160,25 +1214,55 @@ class TransactionService:
             # the writer. The copy comes first: a torn tail can only lose the marker, which the rebuild repairs.
             placeholder = encode_offset_msg_id(self.broker.store_host, 0)
             marker = self._op_record(rec, decision, by, placeholder, half=half)
-            stored, marked = await store.put_many([copy, marker], link=PROP_COPY_MSG_ID)
-            code = self.broker.put_status_code(stored)
-            if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
-                log.error("committing half message at %d failed: %s", phys, stored)
-                return code, f"storing the committed message failed: {stored.status.value}"
-            copy_msg_id = encode_offset_msg_id(self.broker.store_host, stored.physical_offset)
-            self._marker_stored(marked, OP_TAG, COMMIT, phys)
-        if rec is not None and transaction_id and transaction_id != rec.uniq_key:
-            rec.transaction_id = transaction_id
+
+            def committed(done: asyncio.Future[list[Any]]) -> None:
+                if done.cancelled() or done.exception() is not None:
+                    _settle(outcome, done)
+                    return
+                stored, marked = done.result()
+                code = self.broker.put_status_code(stored)
+                if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+                    log.error("committing half message at %d failed: %s", phys, stored)
+                    outcome.set_result((code, f"storing the committed message failed: {stored.status.value}"))
+                    return
+                self._marker_stored(marked, OP_TAG, COMMIT, phys)
+                copy_msg_id = encode_offset_msg_id(self.broker.store_host, stored.physical_offset)
+                self._applied(phys, rec, decision, by, copy_msg_id, msg_id, group)
+                outcome.set_result((ResponseCode.SUCCESS, None))
+
+            store.put_many_future([copy, marker], link=PROP_COPY_MSG_ID).add_done_callback(committed)
+            return outcome
+        # ROLLBACK: decided as soon as it is accepted; the marker only records it.
+        marker = self._op_record(rec, decision, by, None, half=half)
+        self._applied(phys, rec, decision, by, None, msg_id, group)
+
+        def rolled_back(done: asyncio.Future[Any]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                _settle(outcome, done)
+                return
+            self._marker_stored(done.result(), OP_TAG, decision, phys)
+            outcome.set_result((ResponseCode.SUCCESS, None))
+
+        store.put_future(marker).add_done_callback(rolled_back)
+        return outcome
+
+    def _applied(
+        self,
+        phys: int,
+        rec: TransactionRecord | None,
+        decision: str,
+        by: str,
+        copy_msg_id: str | None,
+        msg_id: str,
+        group: str,
+    ) -> None:
         self.decided[phys] = decision
         self.pending.pop(phys, None)
         self._recent_halves.pop(phys, None)
-        if decision != COMMIT:
-            await self._write_op(rec, decision, by, copy_msg_id, half=half)
         if rec is not None:
             self._resolve_record(rec, decision, by, copy_msg_id)
         if by == BY_OPERATOR:
             log.warning("transaction %s of group %s: %s by an operator", msg_id, group, decision)
-        return ResponseCode.SUCCESS, None
 
     def _commit_record(self, half: MessageRecord) -> MessageRecord:
         props = dict(half.properties)
@@ -1447,6 +1531,34 @@ class TransactionService:
             entry.checks,
             TRANS_CHECK_MAX_TIME_TOPIC,
         )
+
+
+# A decision's outcome: settled at once as (response code, remark), or a future of that (its store write).
+_Decided: TypeAlias = "tuple[int, str | None] | asyncio.Future[tuple[int, str | None]]"
+
+
+def _settle(outcome: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
+    """Pass a failed or cancelled store future on to ``outcome``."""
+    if done.cancelled():
+        outcome.cancel()
+    else:
+        exc = done.exception()
+        assert exc is not None
+        outcome.set_exception(exc)
+
+
+def _log_failure(outcome: asyncio.Future[Any]) -> None:
+    if not outcome.cancelled() and (exc := outcome.exception()) is not None:
+        log.error("a oneway END_TRANSACTION failed", exc_info=exc)
+
+
+async def _answer(cmd: RemotingCommand, outcome: Awaitable[tuple[int, str | None]]) -> RemotingCommand:
+    code, remark = await outcome
+    return cmd.response(code, remark)
+
+
+async def _drop_answer(outcome: Awaitable[tuple[int, str | None]]) -> None:
+    await outcome
 
 
 @dataclass(slots=True)

@@ -280,6 +280,9 @@ class MessageStore:
         self._lock_fd: int | None = None
         self._flusher_stop = threading.Event()
         self._flush_lock = threading.Lock()
+        self._checkpointer: threading.Thread | None = None
+        self._checkpoint_stop = threading.Event()
+        self._checkpoint_lock = threading.Lock()  # one checkpoint at a time (periodic, forced, final)
         self._hooks: dict[asyncio.AbstractEventLoop | None, list[NewMessagesCallback]] = {}
         self._loop_batches: dict[asyncio.AbstractEventLoop, list[_Request]] = {}  # each touched by its loop only
 
@@ -288,7 +291,6 @@ class MessageStore:
         self._wpos = 0  # next physical offset to write
         self._next_offsets: dict[tuple[str, int], int] = {}
         self._last_store_ts = 0
-        self._next_checkpoint = 0.0
         self._checkpointed_pos = -1
 
         # Published state (written by the writer/flusher, read by anyone).
@@ -296,6 +298,9 @@ class MessageStore:
         self._confirmed = 0  # commit-log bytes whose records are visible
         self._visible: dict[tuple[str, int], int] = {}  # queue -> max offset readers may see
         self._index_ts = 0  # store time of the last record handed to the key index
+        # (written position, last store time, last indexed store time) at the end of the last group: everything up
+        # to that position is in the consume queues and the index, which is what a checkpoint may claim.
+        self._snap = (0, 0, 0)
 
     # ------------------------------------------------------------------------------------------ life cycle
 
@@ -319,6 +324,8 @@ class MessageStore:
         if not self._sync:
             self._flusher = threading.Thread(target=self._flusher_main, name="txmq-store-flusher", daemon=True)
             self._flusher.start()
+        self._checkpointer = threading.Thread(target=self._checkpoint_main, name="txmq-store-checkpoint", daemon=True)
+        self._checkpointer.start()
         return self
 
     async def start(self) -> None:
@@ -341,6 +348,9 @@ class MessageStore:
         if self._flusher is not None:
             self._flusher_stop.set()
             self._flusher.join()
+        if self._checkpointer is not None:
+            self._checkpoint_stop.set()
+            self._checkpointer.join()
         self._fail_leftovers()
         try:
             if self._failure is None:
@@ -440,6 +450,12 @@ class MessageStore:
         return fut
 
     async def put_many(self, records: list[MessageRecord], *, link: str | None = None) -> list[PutResult]:
+        """Append records as one request: see :meth:`put_many_future`."""
+        return await self.put_many_future(records, link=link)
+
+    def put_many_future(
+        self, records: list[MessageRecord], *, link: str | None = None
+    ) -> asyncio.Future[list[PutResult]]:
         """Append records as one request: consecutive queue offsets per queue, all written or none accepted.
 
         ``link`` names a property of the **last** record whose value is an offsetMsgId placeholder (IPv4 or IPv6
@@ -447,17 +463,17 @@ class MessageStore:
         One append can so store a record together with a reference to another (a committed copy and its op
         marker) without a second round through the writer.
         """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[PutResult]] = loop.create_future()
         entries = self._encode_all(records)
         if isinstance(entries, PutResult):
-            return [entries] * max(1, len(records))
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+            fut.set_result([entries] * max(1, len(records)))
+            return fut
         req = _Request(entries, fut, loop, False)
         if link is not None:
             req.link = _link_position(entries, link)
         self._submit(loop, req)
-        results: list[PutResult] = await fut
-        return results
+        return fut
 
     async def put_raw(self, data: bytes | bytearray, store_host: Host | None = None) -> PutResult:
         """Append an already encoded record (its offsets and store time are overwritten)."""
@@ -557,16 +573,9 @@ class MessageStore:
     def _writer_loop(self) -> None:
         q = self._queue
         get = q.get
-        idle = max(0.01, self.config.flush_interval_consume_queue / 1000.0)
-        self._next_checkpoint = time.monotonic() + idle
         stop = False
         while not stop:
-            try:
-                first = get(timeout=idle)
-            except queue.Empty:
-                self._maybe_checkpoint()
-                continue
-            items = [first]
+            items = [get()]
             for _ in range(q.qsize()):  # qsize() is a lower bound here: only this thread takes items
                 items.append(q.get_nowait())
             reqs: list[_Request] = []
@@ -583,7 +592,6 @@ class MessageStore:
                     self._run_task(item)
             if reqs:
                 self._run_group(reqs)
-            self._maybe_checkpoint()
 
     def _run_task(self, task: _Task) -> None:
         try:
@@ -697,6 +705,7 @@ class MessageStore:
         if touched:
             self._visible.update(touched)
         self._confirmed = wpos
+        self._snap = (wpos, now, now)
         stats.groups += 1
         stats.put_requests += len(reqs)
         stats.put_messages += messages
@@ -742,39 +751,49 @@ class MessageStore:
             self.statistics.put_failures += len(req.entries)
         self._complete(reqs, {})
 
+    def _checkpoint_main(self) -> None:
+        """Periodic checkpoints on their own thread: the consume-queue and index fdatasyncs take milliseconds to tens
+        of milliseconds under load, and appends must not wait for them."""
+        interval = max(0.01, self.config.flush_interval_consume_queue / 1000.0)
+        while not self._checkpoint_stop.wait(interval):
+            self._maybe_checkpoint()
+
     def _maybe_checkpoint(self) -> None:
-        now = time.monotonic()
-        if now < self._next_checkpoint or self._failure is not None:
+        if self._failure is not None:
             return
-        self._next_checkpoint = now + self.config.flush_interval_consume_queue / 1000.0
-        if self._checkpointed_pos == self._wpos and self._flushed == self._wpos:
+        wpos = self._snap[0]
+        if self._checkpointed_pos == wpos and self._flushed >= wpos:
             return
         try:
+            t0 = time.perf_counter_ns()
             self._write_checkpoint(clean=False)
+            self.statistics.checkpoint_latency_us.add((time.perf_counter_ns() - t0) // 1000)
         except Exception:
             log.exception("writing the checkpoint failed; will retry")
 
     def _write_checkpoint(self, clean: bool) -> None:
-        """Flush the consume queues and the index, then record what is durable. Writer thread (or after it)."""
-        wpos = self._wpos
-        flushed = self._flushed
-        self.consume_queue.flush()
-        self.key_index.flush()
-        state = CheckpointState(
-            physic_msg_timestamp=self._last_store_ts,
-            logics_msg_timestamp=self._last_store_ts,
-            index_msg_timestamp=self._index_ts,
-            commit_flushed=flushed,
-            cq_dispatched=wpos,
-            index_dispatched=wpos,
-            clean=clean,
-        )
-        if clean:
-            state.cq_max_phys = self.consume_queue.max_physical_offset()
-            state.cq_offset_sum = cq_offset_sum(self.consume_queue)
-            state.index_max_phys = self.key_index.max_physical_offset()
-        self._checkpoint.write(state)
-        self._checkpointed_pos = wpos
+        """Flush the consume queues and the index, then record what is durable. Any thread: the position comes from
+        the end of the last group (all of it dispatched), and the queues' and index's flushes run beside appends."""
+        with self._checkpoint_lock:
+            wpos, last_ts, index_ts = self._snap
+            flushed = self._flushed
+            self.consume_queue.flush()
+            self.key_index.flush()
+            state = CheckpointState(
+                physic_msg_timestamp=last_ts,
+                logics_msg_timestamp=last_ts,
+                index_msg_timestamp=index_ts,
+                commit_flushed=flushed,
+                cq_dispatched=wpos,
+                index_dispatched=wpos,
+                clean=clean,
+            )
+            if clean:
+                state.cq_max_phys = self.consume_queue.max_physical_offset()
+                state.cq_offset_sum = cq_offset_sum(self.consume_queue)
+                state.index_max_phys = self.key_index.max_physical_offset()
+            self._checkpoint.write(state)
+            self._checkpointed_pos = wpos
 
     def flush(self) -> None:
         """Make everything appended so far durable and checkpoint it (blocking; normally periodic)."""
@@ -1070,6 +1089,7 @@ class MessageStore:
         if cp is not None:
             self._index_ts = max(self._index_ts, cp.index_msg_timestamp)
             self._last_store_ts = max(self._last_store_ts, cp.physic_msg_timestamp)
+        self._snap = (self._wpos, self._last_store_ts, self._index_ts)
         last = self.commit_log.last_segment
         if last is not None and info.mode == "crash":
             # After a kill -9 under ASYNC_FLUSH the tail may still be only in the page cache; the checkpoint about

@@ -68,6 +68,7 @@ class StoreStats:
     flushes: int = 0  # commit-log fdatasync calls
     flush_latency_us: Histogram = field(default_factory=Histogram)
     group_messages: Histogram = field(default_factory=Histogram)  # messages per group: the group-commit factor
+    checkpoint_latency_us: Histogram = field(default_factory=Histogram)  # CQ + index flush + checkpoint file
     topic_puts: dict[str, int] = field(default_factory=dict)
 
     def snapshot(self) -> dict[str, object]:
@@ -80,5 +81,6 @@ class StoreStats:
             "flushes": self.flushes,
             "flush_latency_us": self.flush_latency_us.snapshot(),
             "group_messages": self.group_messages.snapshot(),
+            "checkpoint_latency_us": self.checkpoint_latency_us.snapshot(),
             "topic_puts": dict(self.topic_puts),
         }
