@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from cluster_harness import DevCluster
 from txmq.client import Admin, LocalTransactionState, Message, Producer, TransactionProducer
+from txmq.net import install_event_loop
 
 BODY = b"x" * 1024
 
@@ -173,6 +174,12 @@ async def check_round(root: Path, pending: int) -> dict[str, float]:
     return {"rebuild": rebuild, "round": round_s, "delivered": delivered_s, "idle": idle_s}
 
 
+def run(coro: Any) -> Any:
+    """The client side on uvloop, as txmq's own command-line tools and bench_e2e run it."""
+    install_event_loop()
+    return asyncio.run(coro)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -185,8 +192,8 @@ def main() -> None:
             cluster = DevCluster(Path(tmp), {"flushDiskType": "SYNC_FLUSH"}).start()
             try:
                 for n in (int(x) for x in args.inflight.split(",")):
-                    plain = asyncio.run(throughput(cluster.namesrv_addr, n, args.seconds, False))
-                    tx = asyncio.run(throughput(cluster.namesrv_addr, n, args.seconds, True))
+                    plain = run(throughput(cluster.namesrv_addr, n, args.seconds, False))
+                    tx = run(throughput(cluster.namesrv_addr, n, args.seconds, True))
                     rows.append((n, plain, tx))
                     print(
                         f"in-flight {n:3d}: plain {plain['rate']:7.0f} msg/s, transactional {tx['rate']:7.0f} msg/s, "

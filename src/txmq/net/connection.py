@@ -45,6 +45,9 @@ def _address(info: Any) -> tuple[str, int]:
     return (str(info) if info else "", 0)
 
 
+EARLY_FLUSH_BYTES = 8 * 1024  # see Connection._write
+
+
 class Connection(asyncio.Protocol):
     """A remoting connection. Create it through :meth:`Server.start` or :func:`connect`, not directly.
 
@@ -369,16 +372,19 @@ class Connection(asyncio.Protocol):
         self._write(head, body)
 
     def _write(self, head: bytes, body: bytes) -> None:
-        # Coalesce: everything written during one event-loop turn (a burst of responses completed by one group
-        # commit, or many request() calls) goes out in a single transport write on the next turn.
+        # Coalesce: what is written during one event-loop turn goes out in few transport writes, at the latest on
+        # the next turn, and as soon as EARLY_FLUSH_BYTES have gathered. Without that early flush a burst (128
+        # responses completed by one group commit, or 128 requests sent by as many resumed tasks) left in one
+        # write after the whole burst was processed, and the two ends took turns: each waited while the other
+        # worked through the burst. Flushing every few KiB lets the peer start on the first frames at once.
         wbuf = self._wbuf
         wbuf.append(head)
         if body:
             wbuf.append(body)
         self._wbuf_size += len(head) + len(body)
-        if self._wbuf_size >= self._write_buffer_high:
-            # Hand big bursts to the transport now, so that its high-water mark (and pause_writing) sees them
-            # while we are still dispatching the rest of this read.
+        if self._wbuf_size >= EARLY_FLUSH_BYTES or self._wbuf_size >= self._write_buffer_high:
+            # This also hands big bursts to the transport now, so that its high-water mark (and pause_writing)
+            # sees them while we are still dispatching the rest of this read.
             self._flush()
         elif not self._flush_scheduled:
             self._flush_scheduled = True

@@ -283,6 +283,15 @@ class MessageStore:
         self._checkpointer: threading.Thread | None = None
         self._checkpoint_stop = threading.Event()
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time (periodic, forced, final)
+        # The key index is built off the append path: the writer hands each group's dispatches to an indexer thread
+        # (appends are acknowledged without waiting for it), and a key query first indexes whatever is still queued,
+        # so a query always sees every acknowledged record.
+        self._indexer: threading.Thread | None = None
+        self._index_backlog: list[DispatchRequest] = []
+        self._index_backlog_lock = threading.Lock()
+        self._index_drain_lock = threading.Lock()  # one drain at a time, so the index gets records in log order
+        self._index_wake = threading.Event()
+        self._index_stop = False
         self._hooks: dict[asyncio.AbstractEventLoop | None, list[NewMessagesCallback]] = {}
         self._loop_batches: dict[asyncio.AbstractEventLoop, list[_Request]] = {}  # each touched by its loop only
 
@@ -326,6 +335,8 @@ class MessageStore:
             self._flusher.start()
         self._checkpointer = threading.Thread(target=self._checkpoint_main, name="txmq-store-checkpoint", daemon=True)
         self._checkpointer.start()
+        self._indexer = threading.Thread(target=self._indexer_main, name="txmq-store-indexer", daemon=True)
+        self._indexer.start()
         return self
 
     async def start(self) -> None:
@@ -351,6 +362,10 @@ class MessageStore:
         if self._checkpointer is not None:
             self._checkpoint_stop.set()
             self._checkpointer.join()
+        if self._indexer is not None:
+            self._index_stop = True
+            self._index_wake.set()
+            self._indexer.join()
         self._fail_leftovers()
         try:
             if self._failure is None:
@@ -693,8 +708,10 @@ class MessageStore:
         self._wpos = wpos
         commit_log.maybe_prepare(wpos)
         self.consume_queue.put(dispatches)
-        self.key_index.put(dispatches)
-        self._last_store_ts = self._index_ts = now
+        with self._index_backlog_lock:
+            self._index_backlog += dispatches
+        self._index_wake.set()
+        self._last_store_ts = now
         if self._sync:
             t0 = time.perf_counter_ns()
             commit_log.flush(seg)
@@ -751,6 +768,30 @@ class MessageStore:
             self.statistics.put_failures += len(req.entries)
         self._complete(reqs, {})
 
+    def _indexer_main(self) -> None:
+        wake = self._index_wake
+        while True:
+            wake.wait()
+            wake.clear()
+            try:
+                self._drain_index()
+            except Exception as exc:
+                # As for a failed write: the index and the log may now disagree until crash recovery rebuilds it.
+                self._failure = self._failure or f"key index: {type(exc).__name__}: {exc}"
+                log.critical("building the key index failed; refusing further appends until restart", exc_info=True)
+                return
+            if self._index_stop:
+                return
+
+    def _drain_index(self) -> None:
+        """Index every dispatched record still waiting (indexer thread, key queries, checkpoints)."""
+        with self._index_drain_lock:
+            with self._index_backlog_lock:
+                batch, self._index_backlog = self._index_backlog, []
+            if batch:
+                self.key_index.put(batch)
+                self._index_ts = batch[-1].store_timestamp
+
     def _checkpoint_main(self) -> None:
         """Periodic checkpoints on their own thread: the consume-queue and index fdatasyncs take milliseconds to tens
         of milliseconds under load, and appends must not wait for them."""
@@ -778,6 +819,7 @@ class MessageStore:
             wpos, last_ts, index_ts = self._snap
             flushed = self._flushed
             self.consume_queue.flush()
+            self._drain_index()  # the index must hold everything up to wpos before it is flushed
             self.key_index.flush()
             state = CheckpointState(
                 physic_msg_timestamp=last_ts,
@@ -1016,6 +1058,7 @@ class MessageStore:
         Index hits are checked against the record, so hash collisions never leak other messages.
         """
         self._check_readable()
+        self._drain_index()  # acknowledged records the indexer has not reached yet
         hits = self.key_index.query(topic, key, max_num, begin_ts, end_ts)
         topic_bytes = topic.encode()
         confirmed = self._confirmed
