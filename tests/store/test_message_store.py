@@ -532,3 +532,27 @@ async def test_appends_do_not_wait_for_a_slow_checkpoint(make_store: MakeStore) 
         release.set()
     await asyncio.to_thread(store.flush)  # a forced checkpoint waits for the periodic one, then writes its own
     assert store.statistics.checkpoint_latency_us.count >= 1
+
+
+def test_a_blocking_appender_writes_its_own_group_when_the_writer_is_idle(make_store: MakeStore) -> None:
+    store = make_store()
+    writers: list[str] = []
+    write = store.commit_log.write
+
+    def recording_write(*args: Any) -> Any:
+        writers.append(threading.current_thread().name)
+        return write(*args)
+
+    store.commit_log.write = recording_write  # type: ignore[method-assign]
+    results: list[Any] = []
+    appender = threading.Thread(
+        target=lambda: results.extend(store.put_sync(make_record("L", 0, f"m{i}".encode())) for i in range(50)),
+        name="blocking-appender",
+    )
+    appender.start()
+    appender.join(30)
+    assert [r.queue_offset for r in results] == list(range(50)) and all(r.ok for r in results)
+    assert set(writers) == {"blocking-appender"}  # no hand-over to txmq-store-writer
+    assert store.flushed_physical_offset() == store.max_physical_offset()  # each put was fdatasync'ed (SYNC)
+    got = store.get_messages("L", 0, 0, max_count=100, max_bytes=1 << 30)
+    assert [r.body for r in decode_records(got.body)] == [f"m{i}".encode() for i in range(50)]

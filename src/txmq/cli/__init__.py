@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import importlib
 import logging
 import signal
@@ -35,10 +36,24 @@ async def _serve_until_signalled(start: Callable[[], Awaitable[Any]], stop: Call
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, done.set)
     await start()
+    _tune_gc_for_serving()
     try:
         await done.wait()
     finally:
         await stop()
+
+
+# A server allocates a few dozen short-lived objects per message and holds a large long-lived state (topics,
+# queues, clients, transaction history). The default young-generation threshold (700) runs a collection every few
+# messages and took about a tenth of the broker's CPU under load; nearly all of those objects die by reference
+# counting anyway, so collect less often, and keep what exists once serving starts out of every collection.
+SERVER_GC_THRESHOLDS = (50_000, 20, 10)
+
+
+def _tune_gc_for_serving() -> None:
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*SERVER_GC_THRESHOLDS)
 
 
 def _run(coro_factory: Callable[[], Awaitable[None]]) -> int:

@@ -181,6 +181,12 @@ class _Request:
         self.link: int = -1  # byte position in the last entry that receives the previous entry's offset (hex)
 
 
+# The indexer takes what the writer queued every _INDEX_TICK seconds, or at once when _INDEX_WAKE_AT records wait.
+# Nothing reads the index without first indexing what is queued, so the tick only bounds memory and catch-up work.
+_INDEX_TICK = 0.01
+_INDEX_WAKE_AT = 1024
+
+
 def _link_position(entries: list[AppendEntry], prop: str) -> int:
     """Where the 16 offset hex digits of the offsetMsgId in property ``prop`` of the last entry start."""
     if len(entries) < 2:
@@ -280,6 +286,8 @@ class MessageStore:
         self._lock_fd: int | None = None
         self._flusher_stop = threading.Event()
         self._flush_lock = threading.Lock()
+        # Held by whoever writes a group: the writer thread, or a blocking appender writing its own (put_many_sync).
+        self._append_lock = threading.Lock()
         self._checkpointer: threading.Thread | None = None
         self._checkpoint_stop = threading.Event()
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time (periodic, forced, final)
@@ -295,7 +303,7 @@ class MessageStore:
         self._hooks: dict[asyncio.AbstractEventLoop | None, list[NewMessagesCallback]] = {}
         self._loop_batches: dict[asyncio.AbstractEventLoop, list[_Request]] = {}  # each touched by its loop only
 
-        # Writer state (writer thread only, after open()).
+        # Writer state (whoever holds the append lock: the writer thread or a blocking appender; after open()).
         self._seg: Any = None
         self._wpos = 0  # next physical offset to write
         self._next_offsets: dict[tuple[str, int], int] = {}
@@ -362,6 +370,8 @@ class MessageStore:
         if self._checkpointer is not None:
             self._checkpoint_stop.set()
             self._checkpointer.join()
+        with self._append_lock:  # a blocking appender still writing its own group finishes first
+            pass
         if self._indexer is not None:
             self._index_stop = True
             self._index_wake.set()
@@ -513,6 +523,17 @@ class MessageStore:
         if isinstance(entries, PutResult):
             return [entries] * max(1, len(records))
         req = _Request(entries, None, None, False)
+        # Leader path: with the writer idle, the calling thread writes (and in SYNC mode fdatasyncs) its own group,
+        # which spares a blocking appender the two thread hand-overs. It holds the append lock as the writer does,
+        # so there is still one writer at a time; when the writer is busy the request joins its next group.
+        if self._append_lock.acquire(blocking=False):
+            try:
+                if self._state == "open" and self._failure is None and self._queue.empty():
+                    self._run_group([req])
+                    inline: list[PutResult] = req.result
+                    return inline
+            finally:
+                self._append_lock.release()
         req.waiter = _thread.allocate_lock()
         req.waiter.acquire()
         with self._put_lock:
@@ -599,14 +620,17 @@ class MessageStore:
                     reqs += item
                     continue
                 if reqs:
-                    self._run_group(reqs)
+                    with self._append_lock:
+                        self._run_group(reqs)
                     reqs = []
                 if item is _STOP:
                     stop = True
                 else:
-                    self._run_task(item)
+                    with self._append_lock:
+                        self._run_task(item)
             if reqs:
-                self._run_group(reqs)
+                with self._append_lock:
+                    self._run_group(reqs)
 
     def _run_task(self, task: _Task) -> None:
         try:
@@ -709,8 +733,11 @@ class MessageStore:
         commit_log.maybe_prepare(wpos)
         self.consume_queue.put(dispatches)
         with self._index_backlog_lock:
-            self._index_backlog += dispatches
-        self._index_wake.set()
+            backlog = self._index_backlog
+            backlog += dispatches
+            waiting = len(backlog)
+        if waiting >= _INDEX_WAKE_AT:  # else the indexer's next tick takes them: no wake-up per group
+            self._index_wake.set()
         self._last_store_ts = now
         if self._sync:
             t0 = time.perf_counter_ns()
@@ -735,7 +762,8 @@ class MessageStore:
         for req in reqs:
             loop = req.loop
             if loop is None:
-                req.waiter.release()
+                if req.waiter is not None:  # None: a blocking appender that wrote its own group
+                    req.waiter.release()
             else:
                 group = by_loop.get(loop)
                 if group is None:
@@ -771,7 +799,7 @@ class MessageStore:
     def _indexer_main(self) -> None:
         wake = self._index_wake
         while True:
-            wake.wait()
+            wake.wait(_INDEX_TICK)
             wake.clear()
             try:
                 self._drain_index()
