@@ -1,7 +1,9 @@
 """End-to-end benchmark: a real `txmq dev` process, txmq's own asyncio client, 1 KiB messages over loopback.
 
 Measures send throughput and latency (p50/p99) at 1, 16 and 128 sends in flight, with SYNC and ASYNC flush, then
-consume throughput with a pull consumer. Prints a Markdown table. Not a test: nothing here asserts a time.
+consume throughput with a pull consumer, and, in the same run, the store alone (a MessageStore in this process with
+as many appenders as the largest in-flight count) for comparison. Prints Markdown tables. Not a test: nothing here
+asserts a time.
 
     .venv/bin/python bench/bench_e2e.py [--seconds 5] [--flush SYNC_FLUSH,ASYNC_FLUSH] [--inflight 1,16,128]
 """
@@ -18,10 +20,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_store import store_rate
 from cluster_harness import DevCluster
 from txmq.client import Message, MessageQueue, Producer, PullConsumer, PullStatus
 from txmq.net import install_event_loop
+from txmq.store.config import StoreConfig
+from txmq.store.message_store import MessageStore
 
 BODY = b"x" * 1024
 
@@ -81,6 +87,18 @@ async def consume_phase(namesrv: str, topic: str) -> dict[str, float]:
     return {"msgs": count, "rate": count / elapsed if elapsed else float("nan")}
 
 
+async def store_only(flush: str, appenders: int, seconds: float) -> float:
+    """The same 1 KiB records appended straight to a MessageStore (no network, no broker): msg/s."""
+    with tempfile.TemporaryDirectory(prefix="txmq-bench-store-", dir=Path(__file__).parent) as tmp:
+        store = MessageStore(StoreConfig(store_path_root_dir=tmp, flush_disk_type=flush))
+        await store.start()
+        try:
+            rate, _ = await store_rate(store, appenders, seconds)
+        finally:
+            await store.close()
+    return rate
+
+
 def run(coro: Any) -> Any:
     """The client side on uvloop too, as txmq's own command-line tools run it."""
     install_event_loop()
@@ -95,7 +113,12 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     consume_rows = []
+    store_rows = []
+    biggest_n = max(int(x) for x in args.inflight.split(","))
     for flush in args.flush.split(","):
+        rate = run(store_only(flush, biggest_n, args.seconds))
+        store_rows.append((flush, rate))
+        print(f"{flush:11s} store only, {biggest_n} appenders: {rate:9.0f} msg/s", flush=True)
         with tempfile.TemporaryDirectory(prefix="txmq-bench-") as tmp:
             cluster = DevCluster(Path(tmp), {"flushDiskType": flush}).start()
             try:
@@ -120,6 +143,13 @@ def main() -> None:
     print("\n| flush | consume msg/s (pull, 32 per request, one queue) |\n|---|---|")
     for flush, c in consume_rows:
         print(f"| {flush} | {c['rate']:.0f} |")
+    print(
+        f"\n| flush | store only, {biggest_n} appenders, msg/s | network at {biggest_n} in flight / store |"
+        "\n|---|---|---|"
+    )
+    for flush, rate in store_rows:
+        net = next((r["rate"] for f, n, r in rows if f == flush and n == biggest_n), float("nan"))
+        print(f"| {flush} | {rate:.0f} | {net / rate:.2f} |")
 
 
 if __name__ == "__main__":
