@@ -1,9 +1,15 @@
 """The message store: one append pipeline (group commit), reads, and the wiring of the commit log, consume queues,
 key index, checkpoint, recovery (:mod:`txmq.store.recovery`) and retention.
 
-One writer thread assigns offsets, writes each group of pending appends with as few ``pwritev`` calls as possible,
-dispatches consume-queue and index entries, fdatasyncs (SYNC_FLUSH), publishes what became visible and completes
-the waiting requests, one ``call_soon_threadsafe`` per event loop per group. Readers never take the writer's locks.
+One writer at a time assigns offsets, writes each group of pending appends with as few ``pwritev`` calls as possible,
+dispatches consume-queue entries, fdatasyncs (SYNC_FLUSH), publishes what became visible and completes the waiting
+requests, one ``call_soon_threadsafe`` per event loop per group. The writer is the writer thread, or a thread calling
+the blocking ``put_sync`` while the writer is idle (it then writes its own group under the same append lock). Readers
+never take the writer's locks.
+
+Off the append path, on threads of their own: the key index (records are queued by the writer and indexed every
+10 ms; a key query indexes what is still queued first), periodic checkpoints (consume-queue and index fdatasyncs,
+then the checkpoint file), ASYNC_FLUSH's flusher, and zero-filling the next commit-log segment.
 """
 
 from __future__ import annotations
