@@ -507,7 +507,7 @@ async def test_a_dead_writer_thread_never_leaves_puts_hanging(make_store: MakeSt
 async def test_appends_do_not_wait_for_a_slow_checkpoint(make_store: MakeStore) -> None:
     # The consume-queue and index fdatasyncs of a checkpoint take tens of milliseconds under load; they run on their
     # own thread, so a checkpoint stuck in the index flush holds up no append.
-    store = make_store(flush_interval_consume_queue=10)
+    store = make_store(flush_interval_consume_queue=10, flush_interval_index=10)
     entered, release = threading.Event(), threading.Event()
     index_flush = store.key_index.flush
 
@@ -556,3 +556,26 @@ def test_a_blocking_appender_writes_its_own_group_when_the_writer_is_idle(make_s
     assert store.flushed_physical_offset() == store.max_physical_offset()  # each put was fdatasync'ed (SYNC)
     got = store.get_messages("L", 0, 0, max_count=100, max_bytes=1 << 30)
     assert [r.body for r in decode_records(got.body)] == [f"m{i}".encode() for i in range(50)]
+
+
+async def test_the_key_index_is_flushed_less_often_than_the_consume_queues(make_store: MakeStore) -> None:
+    store = make_store(flush_interval_consume_queue=10, flush_interval_index=60_000)
+    flushes = {"cq": 0, "index": 0}
+    cq_flush, index_flush = store.consume_queue.flush, store.key_index.flush
+
+    def count(name: str, flush: Any) -> Any:
+        def counted() -> None:
+            flushes[name] += 1
+            flush()
+
+        return counted
+
+    store.consume_queue.flush = count("cq", cq_flush)  # type: ignore[method-assign]
+    store.key_index.flush = count("index", index_flush)  # type: ignore[method-assign]
+    for i in range(5):
+        assert (await store.put(make_record("F", 0, b"x", uniq=f"{i:032X}"))).ok
+        await asyncio.sleep(0.05)
+    assert flushes["cq"] >= 3 and flushes["index"] == 0  # periodic checkpoints: queues only
+    await asyncio.to_thread(store.flush)  # an explicit flush makes everything durable, the index included
+    assert flushes["index"] == 1
+    assert store.query_by_key("F", f"{3:032X}", 10)  # queries never depended on the index being flushed

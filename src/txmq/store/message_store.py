@@ -324,6 +324,8 @@ class MessageStore:
         # (written position, last store time, last indexed store time) at the end of the last group: everything up
         # to that position is in the consume queues and the index, which is what a checkpoint may claim.
         self._snap = (0, 0, 0)
+        self._index_flushed_at = 0.0  # monotonic time of the last key-index flush
+        self._index_durable = (0, 0)  # (position, store time) the index was flushed up to
 
     # ------------------------------------------------------------------------------------------ life cycle
 
@@ -846,22 +848,27 @@ class MessageStore:
         except Exception:
             log.exception("writing the checkpoint failed; will retry")
 
-    def _write_checkpoint(self, clean: bool) -> None:
-        """Flush the consume queues and the index, then record what is durable. Any thread: the position comes from
-        the end of the last group (all of it dispatched), and the queues' and index's flushes run beside appends."""
+    def _write_checkpoint(self, clean: bool, index: bool = False) -> None:
+        """Flush the consume queues (and the index when ``clean``, ``index``, or flushIntervalIndex has passed), then
+        record what is durable. Any thread: the position comes from the end of the last group (all of it
+        dispatched), and the queues' and index's flushes run beside appends."""
         with self._checkpoint_lock:
             wpos, last_ts, index_ts = self._snap
             flushed = self._flushed
             self.consume_queue.flush()
-            self._drain_index()  # the index must hold everything up to wpos before it is flushed
-            self.key_index.flush()
+            now = time.monotonic()
+            if clean or index or now - self._index_flushed_at >= self.config.flush_interval_index / 1000.0:
+                self._drain_index()  # the index must hold everything up to wpos before it is flushed
+                self.key_index.flush()
+                self._index_flushed_at = now
+                self._index_durable = (wpos, index_ts)
             state = CheckpointState(
                 physic_msg_timestamp=last_ts,
                 logics_msg_timestamp=last_ts,
-                index_msg_timestamp=index_ts,
+                index_msg_timestamp=self._index_durable[1],
                 commit_flushed=flushed,
                 cq_dispatched=wpos,
-                index_dispatched=wpos,
+                index_dispatched=self._index_durable[0],
                 clean=clean,
             )
             if clean:
@@ -876,7 +883,7 @@ class MessageStore:
 
         def work() -> None:
             self._flush_commit_log()
-            self._write_checkpoint(clean=False)
+            self._write_checkpoint(clean=False, index=True)
 
         self.call_in_writer(work)
 
@@ -1172,7 +1179,7 @@ class MessageStore:
             # After a kill -9 under ASYNC_FLUSH the tail may still be only in the page cache; the checkpoint about
             # to be written calls it flushed, so make that true. (Earlier segments were sealed with fdatasync.)
             os.fdatasync(last.fd)
-        self._write_checkpoint(clean=False)
+        self._write_checkpoint(clean=False, index=True)
         info.seconds = time.monotonic() - t0
         log.info(
             "store recovered (%s) in %.3fs: log end %d, scanned %d records / %d bytes, replayed %d CQ / %d index",
