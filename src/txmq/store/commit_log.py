@@ -302,8 +302,14 @@ class CommitLog:
     def write(seg: Segment, seg_pos: int, buffers: list[bytearray | bytes | memoryview]) -> None:
         """Write ``buffers`` back to back at ``seg_pos`` in ``seg`` with as few ``pwritev`` calls as possible."""
         fd = seg.fd
-        i = 0
         n = len(buffers)
+        if n == 1:  # a single record: no slicing, no sum
+            data = buffers[0]
+            done = os.pwritev(fd, buffers, seg_pos)
+            if done != len(data):
+                _finish_short_write(fd, buffers, seg_pos, done)
+            return
+        i = 0
         while i < n:
             chunk = buffers[i : i + IOV_MAX]
             want = sum(len(b) for b in chunk) if len(chunk) > 1 else len(chunk[0])

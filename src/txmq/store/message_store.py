@@ -191,6 +191,7 @@ class _Request:
 # Nothing reads the index without first indexing what is queued, so the tick only bounds memory and catch-up work.
 _INDEX_TICK = 0.01
 _INDEX_WAKE_AT = 1024
+_INDEX_CHUNK = 16  # records indexed per hold of the GIL (~60-80 us)
 
 
 def _link_position(entries: list[AppendEntry], prop: str) -> int:
@@ -810,7 +811,7 @@ class MessageStore:
             wake.wait(_INDEX_TICK)
             wake.clear()
             try:
-                self._drain_index()
+                self._drain_index(_INDEX_CHUNK)
             except Exception as exc:
                 # As for a failed write: the index and the log may now disagree until crash recovery rebuilds it.
                 self._failure = self._failure or f"key index: {type(exc).__name__}: {exc}"
@@ -819,14 +820,24 @@ class MessageStore:
             if self._index_stop:
                 return
 
-    def _drain_index(self) -> None:
-        """Index every dispatched record still waiting (indexer thread, key queries, checkpoints)."""
+    def _drain_index(self, chunk: int = 0) -> None:
+        """Index every dispatched record still waiting (indexer thread, key queries, checkpoints).
+
+        With ``chunk`` (the indexer thread) the GIL is given up after every ``chunk`` records, so that a thread
+        coming back from its fdatasync, or the event loop, waits for at most one chunk of indexing.
+        """
         with self._index_drain_lock:
             with self._index_backlog_lock:
                 batch, self._index_backlog = self._index_backlog, []
-            if batch:
+            if not batch:
+                return
+            if chunk <= 0 or len(batch) <= chunk:
                 self.key_index.put(batch)
-                self._index_ts = batch[-1].store_timestamp
+            else:
+                for i in range(0, len(batch), chunk):
+                    self.key_index.put(batch[i : i + chunk])
+                    time.sleep(0)
+            self._index_ts = batch[-1].store_timestamp
 
     def _checkpoint_main(self) -> None:
         """Periodic checkpoints on their own thread: the consume-queue and index fdatasyncs take milliseconds to tens
