@@ -47,9 +47,9 @@ class StoreConfig:
     flush_disk_type: FlushDiskType = FlushDiskType.SYNC_FLUSH
     flush_interval_commit_log: int = 500  # ms, ASYNC_FLUSH only
     flush_interval_consume_queue: int = 1000  # ms; also how often the checkpoint is written
-    # ms, txmq only: the key index is flushed with a checkpoint at most this often. Its pages are scattered (one
-    # hash slot per key), so each flush is random IO that competes with the commit log's fdatasync; it is rebuilt
-    # from the log after a crash, which costs recovery at most this much replay.
+    # ms, txmq only: a checkpoint flushes the key index when this long has passed since its last flush, or once
+    # 100 000 records were indexed since then. Its pages are scattered (one hash slot per key), so each flush is
+    # random IO that competes with the commit log's fdatasync; after a crash the index is replayed from the log.
     flush_interval_index: int = 10_000
     file_reserved_time: int = 72  # hours
     delete_when: str = "04"  # hours of the day (local time), ';'-separated

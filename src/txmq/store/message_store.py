@@ -192,6 +192,9 @@ class _Request:
 _INDEX_TICK = 0.01
 _INDEX_WAKE_AT = 1024
 _INDEX_CHUNK = 16  # records indexed per hold of the GIL (~60-80 us)
+# A checkpoint flushes the index once this many records were indexed since its last flush, or flushIntervalIndex
+# has passed: a busy store keeps its post-crash index replay (and each flush) bounded, a quiet one flushes rarely.
+_INDEX_FLUSH_RECORDS = 100_000
 
 
 def _link_position(entries: list[AppendEntry], prop: str) -> int:
@@ -327,6 +330,7 @@ class MessageStore:
         self._snap = (0, 0, 0)
         self._index_flushed_at = 0.0  # monotonic time of the last key-index flush
         self._index_durable = (0, 0)  # (position, store time) the index was flushed up to
+        self._index_unflushed = 0  # records indexed since the last index flush
 
     # ------------------------------------------------------------------------------------------ life cycle
 
@@ -838,6 +842,7 @@ class MessageStore:
                     self.key_index.put(batch[i : i + chunk])
                     time.sleep(0)
             self._index_ts = batch[-1].store_timestamp
+            self._index_unflushed += len(batch)
 
     def _checkpoint_main(self) -> None:
         """Periodic checkpoints on their own thread: the consume-queue and index fdatasyncs take milliseconds to tens
@@ -868,8 +873,14 @@ class MessageStore:
             flushed = self._flushed
             self.consume_queue.flush()
             now = time.monotonic()
-            if clean or index or now - self._index_flushed_at >= self.config.flush_interval_index / 1000.0:
+            if (
+                clean
+                or index
+                or self._index_unflushed >= _INDEX_FLUSH_RECORDS
+                or now - self._index_flushed_at >= self.config.flush_interval_index / 1000.0
+            ):
                 self._drain_index()  # the index must hold everything up to wpos before it is flushed
+                self._index_unflushed = 0
                 self.key_index.flush()
                 self._index_flushed_at = now
                 self._index_durable = (wpos, index_ts)
