@@ -191,7 +191,8 @@ class _Request:
 # Nothing reads the index without first indexing what is queued, so the tick only bounds memory and catch-up work.
 _INDEX_TICK = 0.01
 _INDEX_WAKE_AT = 1024
-_INDEX_CHUNK = 16  # records indexed per hold of the GIL (~60-80 us)
+_INDEX_CHUNK = 256  # records indexed per hold of the GIL (about a millisecond)
+_INDEX_BACKLOG_MAX = 20_000  # the writer indexes itself past this many waiting records
 # A checkpoint flushes the index once this many records were indexed since its last flush, or flushIntervalIndex
 # has passed: a busy store keeps its post-crash index replay (and each flush) bounded, a quiet one flushes rarely.
 _INDEX_FLUSH_RECORDS = 100_000
@@ -330,7 +331,8 @@ class MessageStore:
         self._snap = (0, 0, 0)
         self._index_flushed_at = 0.0  # monotonic time of the last key-index flush
         self._index_durable = (0, 0)  # (position, store time) the index was flushed up to
-        self._index_unflushed = 0  # records indexed since the last index flush
+        self._index_queued = 0  # records ever handed to the indexer (writer)
+        self._index_queued_at_flush = 0  # that count when the index was last flushed
 
     # ------------------------------------------------------------------------------------------ life cycle
 
@@ -749,8 +751,13 @@ class MessageStore:
             backlog = self._index_backlog
             backlog += dispatches
             waiting = len(backlog)
+        self._index_queued += len(dispatches)
         if waiting >= _INDEX_WAKE_AT:  # else the indexer's next tick takes them: no wake-up per group
             self._index_wake.set()
+            if waiting >= _INDEX_BACKLOG_MAX:
+                # The indexer is not keeping up (it competes for the GIL with the event loop and this writer):
+                # index here, so the backlog, and the catch-up a query or checkpoint may have to do, stay bounded.
+                self._drain_index()
         self._last_store_ts = now
         if self._sync:
             t0 = time.perf_counter_ns()
@@ -815,7 +822,7 @@ class MessageStore:
             wake.wait(_INDEX_TICK)
             wake.clear()
             try:
-                self._drain_index(_INDEX_CHUNK)
+                self._drain_index()
             except Exception as exc:
                 # As for a failed write: the index and the log may now disagree until crash recovery rebuilds it.
                 self._failure = self._failure or f"key index: {type(exc).__name__}: {exc}"
@@ -824,25 +831,22 @@ class MessageStore:
             if self._index_stop:
                 return
 
-    def _drain_index(self, chunk: int = 0) -> None:
-        """Index every dispatched record still waiting (indexer thread, key queries, checkpoints).
-
-        With ``chunk`` (the indexer thread) the GIL is given up after every ``chunk`` records, so that a thread
-        coming back from its fdatasync, or the event loop, waits for at most one chunk of indexing.
-        """
+    def _drain_index(self) -> None:
+        """Index every dispatched record still waiting (indexer thread, writer when it falls behind, key queries,
+        checkpoints). The GIL is given up after every _INDEX_CHUNK records, so other threads (the event loop, a
+        thread back from its fdatasync) wait for at most one chunk of indexing."""
         with self._index_drain_lock:
             with self._index_backlog_lock:
                 batch, self._index_backlog = self._index_backlog, []
             if not batch:
                 return
-            if chunk <= 0 or len(batch) <= chunk:
+            if len(batch) <= _INDEX_CHUNK:
                 self.key_index.put(batch)
             else:
-                for i in range(0, len(batch), chunk):
-                    self.key_index.put(batch[i : i + chunk])
+                for i in range(0, len(batch), _INDEX_CHUNK):
+                    self.key_index.put(batch[i : i + _INDEX_CHUNK])
                     time.sleep(0)
             self._index_ts = batch[-1].store_timestamp
-            self._index_unflushed += len(batch)
 
     def _checkpoint_main(self) -> None:
         """Periodic checkpoints on their own thread: the consume-queue and index fdatasyncs take milliseconds to tens
@@ -876,11 +880,11 @@ class MessageStore:
             if (
                 clean
                 or index
-                or self._index_unflushed >= _INDEX_FLUSH_RECORDS
+                or self._index_queued - self._index_queued_at_flush >= _INDEX_FLUSH_RECORDS
                 or now - self._index_flushed_at >= self.config.flush_interval_index / 1000.0
             ):
+                self._index_queued_at_flush = self._index_queued
                 self._drain_index()  # the index must hold everything up to wpos before it is flushed
-                self._index_unflushed = 0
                 self.key_index.flush()
                 self._index_flushed_at = now
                 self._index_durable = (wpos, index_ts)
