@@ -579,3 +579,19 @@ async def test_the_key_index_is_flushed_less_often_than_the_consume_queues(make_
     await asyncio.to_thread(store.flush)  # an explicit flush makes everything durable, the index included
     assert flushes["index"] == 1
     assert store.query_by_key("F", f"{3:032X}", 10)  # queries never depended on the index being flushed
+
+
+def test_the_writer_indexes_itself_when_the_indexer_falls_behind(
+    make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from txmq.store import message_store
+
+    monkeypatch.setattr(message_store, "_INDEX_WAKE_AT", 4)
+    monkeypatch.setattr(message_store, "_INDEX_BACKLOG_MAX", 8)
+    monkeypatch.setattr(MessageStore, "_indexer_main", lambda self: None)  # an indexer that never gets to run
+    store = make_store()
+    for i in range(40):
+        assert store.put_sync(make_record("B", 0, b"x", uniq=f"{i:032X}")).ok
+        assert len(store._index_backlog) < 8  # bounded: memory, and the catch-up a query or checkpoint must do
+    assert store.key_index.max_physical_offset() > 0  # indexed by the writer, not by the (absent) indexer
+    assert len(store.query_by_key("B", f"{39:032X}", 10)) == 1
