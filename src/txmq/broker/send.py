@@ -6,7 +6,7 @@ import asyncio
 import logging
 import random
 import zlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from txmq.broker.schedule import PROP_DLQ_REASON, reconsume_limit
@@ -187,7 +187,17 @@ class SendProcessor:
         delay = props.get(Prop.DELAY)
         if delay and delay != "0":
             record = broker.schedule.redirect(record, delay)
-        stored = broker.store.put_future(record)
+        return self.answer_when_stored(cmd, broker.store.put_future(record), response_queue_id)
+
+    def answer_when_stored(
+        self,
+        cmd: RemotingCommand,
+        stored: asyncio.Future[Any],
+        queue_id: int,
+        on_stored: Callable[[Any], None] | None = None,
+    ) -> asyncio.Future[RemotingCommand]:
+        """The send response as a future of the store's put future (a callback, no task per message);
+        ``on_stored(result)`` runs first when the record was stored."""
         answer: asyncio.Future[RemotingCommand] = stored.get_loop().create_future()
 
         def respond(done: asyncio.Future[Any]) -> None:
@@ -198,7 +208,10 @@ class SendProcessor:
             elif (exc := done.exception()) is not None:
                 answer.set_exception(exc)
             else:
-                answer.set_result(self._response(cmd, done.result(), response_queue_id))
+                result = done.result()
+                if on_stored is not None and result.ok:
+                    on_stored(result)
+                answer.set_result(self._response(cmd, result, queue_id))
 
         stored.add_done_callback(respond)
         return answer

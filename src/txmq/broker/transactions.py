@@ -527,7 +527,7 @@ class TransactionService:
                 copy_phys = self._find_committed_copy(entry)
                 if copy_phys is not None:
                     copy_id = encode_offset_msg_id(self.broker.store_host, copy_phys)
-                    await self._write_op(entry, COMMIT, BY_RECOVERY, copy_id)
+                    await self._write_op(self._op_record(entry, COMMIT, BY_RECOVERY, copy_id))
                     self.decided[entry.phys] = COMMIT
                     self.pending.pop(entry.phys, None)
                     self._resolve_record(entry, COMMIT, BY_RECOVERY, copy_id, count=False)
@@ -1009,24 +1009,9 @@ class TransactionService:
         if broker.topics.ensure(TRANS_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)[1]:
             broker.topic_changed()
         assert broker.store is not None
-        stored = broker.store.put_future(record)
-        answer: asyncio.Future[RemotingCommand] = stored.get_loop().create_future()
-
-        def prepared(done: asyncio.Future[Any]) -> None:
-            if answer.done():
-                return
-            if done.cancelled():
-                answer.cancel()
-            elif (exc := done.exception()) is not None:
-                answer.set_exception(exc)
-            else:
-                result = done.result()
-                if result.ok:
-                    self._prepared(record, result)
-                answer.set_result(broker.send_processor._response(cmd, result, queue_id))
-
-        stored.add_done_callback(prepared)
-        return answer
+        return broker.send_processor.answer_when_stored(
+            cmd, broker.store.put_future(record), queue_id, lambda result: self._prepared(record, result)
+        )
 
     def _prepared(self, record: MessageRecord, result: Any) -> None:
         """A half message is stored: it enters the pending table."""
@@ -1319,20 +1304,12 @@ class TransactionService:
             target = _Target(rec.phys, rec.queue_offset, rec.uniq_key)
         return self._marker_record(target, OP_TAG, props)
 
-    async def _write_op(
-        self,
-        rec: TransactionRecord | None,
-        decision: str,
-        by: str,
-        copy_msg_id: str | None,
-        *,
-        half: MessageRecord | None = None,
-    ) -> bool:
-        """Store the op marker of a decision on its own."""
+    async def _write_op(self, record: MessageRecord) -> bool:
+        """Store an op marker (from :meth:`_op_record`) on its own."""
         assert self.broker.store is not None
-        record = self._op_record(rec, decision, by, copy_msg_id, half=half)
         result = await self.broker.store.put(record)
-        return self._marker_stored(result, OP_TAG, decision, record.properties[PROP_HALF_PHYS])
+        props = record.properties
+        return self._marker_stored(result, OP_TAG, props[PROP_DECISION], props[PROP_HALF_PHYS])
 
     def _marker_record(self, target: Any, tag: str, extra: dict[str, str]) -> MessageRecord:
         """An op-topic record about the half message ``target`` (``phys``, ``queue_offset``, ``uniq_key``)."""
@@ -1522,7 +1499,7 @@ class TransactionService:
         copy_msg_id = encode_offset_msg_id(broker.store_host, result.physical_offset)
         self.pending.pop(entry.phys, None)
         self.decided[entry.phys] = DISCARD
-        await self._write_op(entry, DISCARD, BY_BROKER, copy_msg_id)
+        await self._write_op(self._op_record(entry, DISCARD, BY_BROKER, copy_msg_id))
         self._resolve_record(entry, DISCARD, BY_BROKER, copy_msg_id)
         log.warning(
             "transaction %s of group %s unresolved after %d checks: moved to %s",
