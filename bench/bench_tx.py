@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_e2e import run
 from cluster_harness import DevCluster
 from txmq.client import Admin, LocalTransactionState, Message, Producer, TransactionProducer
-from txmq.net import install_event_loop
 
 BODY = b"x" * 1024
 
@@ -172,12 +173,6 @@ async def check_round(root: Path, pending: int) -> dict[str, float]:
     await broker.close()
     assert sent == pending and idle_sent == 0
     return {"rebuild": rebuild, "round": round_s, "delivered": delivered_s, "idle": idle_s}
-
-
-def run(coro: Any) -> Any:
-    """The client side on uvloop, as txmq's own command-line tools and bench_e2e run it."""
-    install_event_loop()
-    return asyncio.run(coro)
 
 
 def main() -> None:

@@ -1189,12 +1189,11 @@ class TransactionService:
             rec = self._pending_from(half)
         if rec is not None and transaction_id and transaction_id != rec.uniq_key:
             rec.transaction_id = transaction_id
-        loop = asyncio.get_running_loop()
-        outcome: asyncio.Future[tuple[int, str | None]] = loop.create_future()
+        outcome: asyncio.Future[tuple[int, str | None]] = asyncio.get_running_loop().create_future()
         if decision == COMMIT:
             copy = self._commit_copy(half)
             if isinstance(copy, tuple):
-                return copy
+                return copy  # nothing stored, nothing decided
             # The copy and its op marker in one append; the marker's TXMQ_COPY_MSG_ID gets the copy's offset from
             # the writer. The copy comes first: a torn tail can only lose the marker, which the rebuild repairs.
             placeholder = encode_offset_msg_id(self.broker.store_host, 0)

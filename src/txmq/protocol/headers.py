@@ -329,19 +329,21 @@ class EndTransactionRequestHeader(Header):
     def from_ext(cls, ext: dict[str, str] | None) -> Self:
         """One per transaction: no per-field loop when every field is well formed (the generic path names the
         bad one otherwise)."""
-        try:
-            check = ext.get("fromTransactionCheck")  # type: ignore[union-attr]
-            return cls(
-                ext["producerGroup"],  # type: ignore[index]
-                int(ext["tranStateTableOffset"]),  # type: ignore[index]
-                int(ext["commitLogOffset"]),  # type: ignore[index]
-                int(ext["commitOrRollback"]),  # type: ignore[index]
-                False if check is None else parse_bool(check),
-                ext["msgId"],  # type: ignore[index]
-                ext.get("transactionId"),  # type: ignore[union-attr]
-            )
-        except (KeyError, ValueError, TypeError, AttributeError):
-            return cls._parse(ext)
+        if ext is not None:
+            try:
+                check = ext.get("fromTransactionCheck")
+                return cls(
+                    ext["producerGroup"],
+                    int(ext["tranStateTableOffset"]),
+                    int(ext["commitLogOffset"]),
+                    int(ext["commitOrRollback"]),
+                    False if check is None else parse_bool(check),
+                    ext["msgId"],
+                    ext.get("transactionId"),
+                )
+            except (KeyError, ValueError, TypeError, AttributeError):
+                pass
+        return cls._parse(ext)
 
 
 @header

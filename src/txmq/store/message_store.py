@@ -318,7 +318,6 @@ class MessageStore:
         self._seg: Any = None
         self._wpos = 0  # next physical offset to write
         self._next_offsets: dict[tuple[str, int], int] = {}
-        self._last_store_ts = 0
         self._checkpointed_pos = -1
 
         # Published state (written by the writer/flusher, read by anyone).
@@ -758,7 +757,6 @@ class MessageStore:
                 # The indexer is not keeping up (it competes for the GIL with the event loop and this writer):
                 # index here, so the backlog, and the catch-up a query or checkpoint may have to do, stay bounded.
                 self._drain_index()
-        self._last_store_ts = now
         if self._sync:
             t0 = time.perf_counter_ns()
             commit_log.flush(seg)
@@ -1195,11 +1193,11 @@ class MessageStore:
         tables = {(t, q): cq.max_offset(t, q) for t, q in cq.queues()}
         self._next_offsets = dict(tables)
         self._visible = dict(tables)
-        self._last_store_ts = self._index_ts = info.last_store_timestamp
+        last_ts = self._index_ts = info.last_store_timestamp
         if cp is not None:
             self._index_ts = max(self._index_ts, cp.index_msg_timestamp)
-            self._last_store_ts = max(self._last_store_ts, cp.physic_msg_timestamp)
-        self._snap = (self._wpos, self._last_store_ts, self._index_ts)
+            last_ts = max(last_ts, cp.physic_msg_timestamp)
+        self._snap = (self._wpos, last_ts, self._index_ts)
         last = self.commit_log.last_segment
         if last is not None and info.mode == "crash":
             # After a kill -9 under ASYNC_FLUSH the tail may still be only in the page cache; the checkpoint about
