@@ -226,6 +226,7 @@ def test_reads_racing_with_retention_return_only_true_entries(tmp_path: Path) ->
         thread.join()
     assert problems == []
     assert store.min_offset("T", 0) == 245
+    store.flush()  # the newest entries may still wait in memory
     assert len(cq_files(tmp_path)) == 16  # files from offset 240 on
 
 
@@ -383,7 +384,7 @@ def test_durable_point_survives_only_flushed_puts(tmp_path: Path) -> None:
     # A second instance stands in for the broker after kill -9: the last put was never flushed.
     after_crash = ConsumeQueueStore(tmp_path, entries_per_file=4)
     assert after_crash.max_physical_offset() == phys_of(6)
-    assert after_crash.max_offset("T", 0) == 10  # the bytes reached the page cache anyway
+    assert after_crash.max_offset("T", 0) == 6  # entries appended after the flush still waited in memory
     # Recovery replays from the durable point; the replay is idempotent.
     fill(after_crash, 4, start=6)
     assert after_crash.read("T", 0, 0, 20) == [expected(k) for k in range(10)]
@@ -566,3 +567,29 @@ def test_search_by_timestamp_skips_records_already_deleted(tmp_path: Path) -> No
     times[:] = [-1, -1, -1, -1]
     assert search(5) == 4  # nothing readable is left: the next message
     assert search(99) == 4
+
+
+def test_appended_entries_wait_in_memory_until_read_or_flushed(tmp_path: Path) -> None:
+    store = ConsumeQueueStore(tmp_path, entries_per_file=8)
+    fill(store, 5)
+    assert store.max_offset("T", 0) == 5
+    assert not (tmp_path / "T").exists()  # nothing written yet: one pwrite per many groups, not one per group
+    # A read that reaches pending entries writes them out first, so it sees the same bytes a flush would write.
+    assert store.read("T", 0, 3, 10) == [expected(3), expected(4)]
+    assert (tmp_path / "T" / "0" / f"{0:020d}").stat().st_size == 5 * ENTRY_SIZE
+    fill(store, 6, start=5)  # crosses into the second file
+    store.flush()
+    sizes = [(tmp_path / "T" / "0" / name).stat().st_size for name in cq_files(tmp_path)]
+    assert sizes == [8 * ENTRY_SIZE, 3 * ENTRY_SIZE]
+    reopened = ConsumeQueueStore(tmp_path, entries_per_file=8)
+    assert reopened.read("T", 0, 0, 20) == [expected(k) for k in range(11)]
+    reopened.close()
+    store.close()
+
+
+def test_many_appended_entries_are_written_without_a_read(tmp_path: Path) -> None:
+    store = ConsumeQueueStore(tmp_path, entries_per_file=100_000)
+    fill(store, 2000)  # 40 000 bytes: more than the in-memory limit
+    size = (tmp_path / "T" / "0" / f"{0:020d}").stat().st_size
+    assert 0 < size <= 2000 * ENTRY_SIZE and size % ENTRY_SIZE == 0
+    store.close()

@@ -86,7 +86,6 @@ from txmq.protocol.record import (
     MessageRecord,
     Prop,
     TransactionType,
-    UniqKeyGenerator,
     decode_offset_msg_id,
     encode_offset_msg_id,
     encode_record,
@@ -347,7 +346,7 @@ class TransactionService:
         self._inflight: dict[int, list[asyncio.Future[None]]] = {}  # half phys -> waiters for its decision
         # Half messages just prepared, as stored, so END_TRANSACTION need not read and decode them back (bounded).
         self._recent_halves: dict[int, MessageRecord] = {}
-        self._uniq = UniqKeyGenerator(broker.config.advertised_ip)
+        self._placeholder: str | None = None  # offsetMsgId of offset 0 on this broker (see _decide)
         config_dir = Path(broker.config.store_path_root_dir) / "config"
         self._journal_path = config_dir / JOURNAL_NAME
         self._legacy_checks_path = config_dir / LEGACY_CHECKS_NAME
@@ -1196,7 +1195,9 @@ class TransactionService:
                 return copy  # nothing stored, nothing decided
             # The copy and its op marker in one append; the marker's TXMQ_COPY_MSG_ID gets the copy's offset from
             # the writer. The copy comes first: a torn tail can only lose the marker, which the rebuild repairs.
-            placeholder = encode_offset_msg_id(self.broker.store_host, 0)
+            placeholder = self._placeholder
+            if placeholder is None:
+                placeholder = self._placeholder = encode_offset_msg_id(self.broker.store_host, 0)
             marker = self._op_record(rec, decision, by, placeholder, half=half)
 
             def committed(done: asyncio.Future[list[Any]]) -> None:
@@ -1316,7 +1317,8 @@ class TransactionService:
         if broker.topics.ensure(TRANS_OP_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)[1]:
             broker.topic_changed()
         now = self.clock.now_ms()
-        props = {Prop.TAGS: tag, Prop.UNIQ_KEY: self._uniq.next(now), PROP_HALF_PHYS: str(target.phys), **extra}
+        # No UNIQ_KEY of its own, as in RocketMQ: nobody looks a marker up by it, and the key index need not hold it.
+        props = {Prop.TAGS: tag, PROP_HALF_PHYS: str(target.phys), **extra}
         if target.uniq_key:
             props[Prop.KEYS] = target.uniq_key  # the key index then finds a transaction's markers
         return MessageRecord(

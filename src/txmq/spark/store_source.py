@@ -311,7 +311,7 @@ def transaction_row(record: MessageRecord, offset_msg_id: str | None = None) -> 
             None,
             record.queue_offset,
             None,
-            uniq,
+            props.get(Prop.KEYS) or uniq,  # txmq markers carry the transaction's UNIQ_KEY in KEYS, none of their own
             msg_id,
             props.get(PROP_DECISION, "UNKNOWN") if tag == OP_TAG else None,
             None,

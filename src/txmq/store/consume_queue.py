@@ -24,6 +24,9 @@ ENTRY_SIZE = 20
 DEFAULT_ENTRIES_PER_FILE = 300_000
 _ENTRY = struct.Struct(">qiq")
 _ZERO_ENTRY = bytes(ENTRY_SIZE)
+# Appended entries wait in memory until this many bytes, a read that reaches them, or the next flush: one pwrite per
+# few hundred entries instead of one per group (a single synchronous appender makes a group per record).
+_SPILL_BYTES = 16 * 1024
 # Durable point of the whole store: every dispatch ending at or below it has its entry on disk.
 DURABLE_MARKER_NAME = ".cq_durable"  # a dot cannot occur in a RocketMQ topic name
 _MARKER = struct.Struct(">qI")
@@ -84,9 +87,10 @@ class _CqFile:
 
 
 class _Queue:
-    """One consume queue. ``lock`` guards the file list, ``min`` and ``max``; readers hold it while reading."""
+    """One consume queue. ``lock`` guards the file list, ``min``, ``max`` and ``pending``; readers hold it while
+    reading. ``max`` counts the ``pending`` entries, which are not in the files yet (see :meth:`spill`)."""
 
-    __slots__ = ("dir", "epf", "files", "key", "lock", "max", "min")
+    __slots__ = ("dir", "epf", "files", "key", "lock", "max", "min", "pending")
 
     def __init__(self, key: tuple[str, int], directory: Path, entries_per_file: int) -> None:
         self.key = key
@@ -95,6 +99,7 @@ class _Queue:
         self.files: list[_CqFile] = []  # contiguous, each starting at a multiple of epf
         self.min = 0
         self.max = 0
+        self.pending = bytearray()  # entries [max - len(pending) / 20, max), appended but not written yet
         self.lock = threading.Lock()
 
     # -- reading (caller holds lock) -------------------------------------------------------------------------
@@ -155,7 +160,14 @@ class _Queue:
 
     # -- writing (caller holds lock) -------------------------------------------------------------------------
 
-    def write(self, offset: int, data: bytes, dirty: set[_CqFile], new_dirs: set[Path]) -> None:
+    def spill(self, dirty: set[_CqFile], new_dirs: set[Path]) -> None:
+        """Write the entries held in memory to the files. They stay pending when the write fails."""
+        pending = self.pending
+        if pending:
+            self.write(self.max - len(pending) // ENTRY_SIZE, pending, dirty, new_dirs)
+            self.pending = bytearray()
+
+    def write(self, offset: int, data: bytes | bytearray, dirty: set[_CqFile], new_dirs: set[Path]) -> None:
         """Write whole entries at ``offset``, creating files as the queue grows."""
         view = memoryview(data)
         while view:
@@ -264,6 +276,7 @@ class ConsumeQueueStore:
         self._queues_lock = threading.Lock()  # guards adding queues (readers iterate)
         self._dirty: set[tuple[_Queue, _CqFile]] = set()
         self._new_dirs: set[Path] = set()
+        self._unspilled: set[_Queue] = set()  # queues with pending entries
         self._dirty_lock = threading.Lock()
         self._flush_lock = threading.Lock()  # serialises flush() and truncate_after() around the marker
         self._closed = False
@@ -437,6 +450,7 @@ class ConsumeQueueStore:
             current: bytes | None = plan.entries[offset - plan.base]
         else:
             with q.lock:
+                self._spill(q)
                 current = q.read_raw(offset, 1) if q.min <= offset < q.max else None
             if current is None:  # already retired by retention: nothing to compare or rewrite
                 return
@@ -468,16 +482,39 @@ class ConsumeQueueStore:
         q = plan.queue
         dirty: set[_CqFile] = set()
         new_dirs: set[Path] = set()
-        data = b"".join(plan.entries)
         try:
             with q.lock:
                 if plan.reset:
+                    q.pending = bytearray()  # they belonged to the files reset() deletes
                     q.reset(plan.base)
                 elif plan.truncate:
+                    q.spill(dirty, new_dirs)
                     q.truncate_to(plan.base)
-                q.write(plan.base, data, dirty, new_dirs)
-                # Readers take the lock too, so they see the new max only together with the written bytes.
+                # plan.base == q.max here: the entries are appended to the pending ones, which readers see as
+                # soon as max says so (a read reaching them writes them out first).
+                q.pending += b"".join(plan.entries)
                 q.max = plan.base + len(plan.entries)
+                if len(q.pending) >= _SPILL_BYTES:
+                    q.spill(dirty, new_dirs)
+        except OSError as exc:
+            raise StoreError(f"consume queue {q.key[0]}:{q.key[1]}: write failed: {exc}") from exc
+        finally:
+            with self._dirty_lock:
+                if dirty:
+                    self._dirty.update((q, f) for f in dirty)
+                if new_dirs:
+                    self._new_dirs |= new_dirs
+                if q.pending:
+                    self._unspilled.add(q)
+
+    def _spill(self, q: _Queue) -> None:
+        """Write ``q``'s pending entries now (caller holds ``q.lock``)."""
+        if not q.pending:
+            return
+        dirty: set[_CqFile] = set()
+        new_dirs: set[Path] = set()
+        try:
+            q.spill(dirty, new_dirs)
         except OSError as exc:
             raise StoreError(f"consume queue {q.key[0]}:{q.key[1]}: write failed: {exc}") from exc
         finally:
@@ -490,6 +527,18 @@ class ConsumeQueueStore:
         self._check_open()
         with self._flush_lock:
             progress = self._progress  # read before taking the dirty set: its files cover this progress
+            with self._dirty_lock:
+                unspilled, self._unspilled = self._unspilled, set()
+            try:
+                while unspilled:
+                    q = unspilled.pop()
+                    with q.lock:
+                        self._spill(q)
+            except BaseException:
+                with self._dirty_lock:
+                    self._unspilled |= unspilled
+                    self._unspilled.add(q)
+                raise
             with self._dirty_lock:
                 dirty, self._dirty = self._dirty, set()
                 new_dirs, self._new_dirs = self._new_dirs, set()
@@ -537,7 +586,10 @@ class ConsumeQueueStore:
         with q.lock:
             if not q.min <= offset < q.max:
                 return []
-            plan = q.pin(offset, min(max_count, q.max - offset))
+            count = min(max_count, q.max - offset)
+            if q.pending and offset + count > q.max - len(q.pending) // ENTRY_SIZE:
+                self._spill(q)
+            plan = q.pin(offset, count)
         # The disk reads run without the lock: a lagging consumer on a cold file must not stall the writer.
         # Appends never touch published entries; retention or truncation racing with us only shortens the read.
         parts: list[bytes] = []
@@ -642,6 +694,7 @@ class ConsumeQueueStore:
             self._progress = min(self._progress, phys_offset)
             for q in list(self._queues.values()):
                 with q.lock:
+                    self._spill(q)
                     if q.max <= q.min or q.entry(q.max - 1)[0] < phys_offset:
                         continue
                     cut = q.bisect_phys(phys_offset, q.min, q.max)
