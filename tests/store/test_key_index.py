@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from txmq.errors import StoreClosedError
+from txmq.errors import StoreClosedError, StoreError
 from txmq.store.dispatch import DispatchRequest
 from txmq.store.key_index import KeyIndex, _Segment
 
@@ -327,3 +327,36 @@ def test_matches_a_brute_force_model(
             want = [p for t, ks, p, s in reversed(model) if t == topic and key in ks and begin <= s <= end]
             assert index.query(topic, key, max_num, begin, end) == want[:max_num]
         index.close()
+
+
+def test_entries_get_disk_blocks_before_they_are_written(tmp_path: Path) -> None:
+    # The segment file is sparse; blocks are reserved (fallocate) ahead of the entries, so a full disk fails a put
+    # with ENOSPC instead of killing the process with SIGBUS on a store into a hole of the mapping.
+    index = KeyIndex(tmp_path, slot_count=1000, max_entries=1_000_000)
+    index.put([rec(n, uniq=f"U{n}") for n in range(10)])
+    [name] = segment_files(tmp_path)
+    seg = _Segment(tmp_path / name, 0, 1000, 1_000_000)
+    reserved_bytes = seg._hash_at + 28 * 65_536  # header and slots, then 64 Ki entries of 8+8+8+4 bytes
+    allocated = os.stat(tmp_path / name).st_blocks * 512
+    assert reserved_bytes <= allocated < seg.file_size // 4
+    index.close()
+
+
+def test_a_full_disk_fails_the_put_and_the_index_stays_usable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index = KeyIndex(tmp_path, slot_count=64, max_entries=200_000)
+    index.put([rec(0, uniq="U0")])
+    calls: list[tuple[int, int, int]] = []
+
+    def no_space(fd: int, offset: int, length: int) -> None:
+        calls.append((fd, offset, length))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    with pytest.raises(StoreError, match="cannot grow"):
+        index.put([rec(n, uniq=f"U{n}") for n in range(1, 70_000)])  # past the first reservation
+    assert calls
+    monkeypatch.undo()
+    assert index.query("T", "U0", 10, *FOREVER) == offsets(0)
+    index.put([rec(n, uniq=f"U{n}") for n in range(70_000, 70_010)])
+    assert index.query("T", "U70009", 10, *FOREVER) == offsets(70_009)
+    index.close()

@@ -41,6 +41,7 @@ _VERSION = 1
 _HEADER = struct.Struct("<IIIIII qqqq I 4x")
 _MARKER = struct.Struct("<qI")
 DURABLE_MARKER_NAME = ".durable"
+_RESERVE_ENTRIES = 65_536  # entries given disk blocks at a time
 _KEEP_OPEN = 4  # newest segments kept mapped; older ones are mapped only while a query reads them
 
 if sys.byteorder != "little":  # pragma: no cover - the arrays are accessed through native memoryview casts
@@ -82,6 +83,7 @@ class _Segment:
         self.fd: int | None = None
         self._mm: mmap.mmap | None = None
         self._views: list[memoryview] = []
+        self.reserved = 0  # entry numbers below this have disk blocks (see reserve)
         n = max_entries + 1
         self._slots_at = HEADER_SIZE
         self._hash_at = _align8(self._slots_at + 4 * slot_count)
@@ -103,7 +105,7 @@ class _Segment:
         fd = os.open(self.path, flags, 0o644)
         try:
             if create:
-                os.ftruncate(fd, self.file_size)  # sparse: blocks are allocated as entries arrive
+                os.ftruncate(fd, self.file_size)  # sparse: blocks are reserved before writes (see reserve)
             elif os.fstat(fd).st_size != self.file_size:
                 raise CorruptStoreError(f"{self.path}: size does not match its header")
             mm = mmap.mmap(fd, self.file_size)
@@ -164,6 +166,23 @@ class _Segment:
 
     # -- entries (writer holds the index lock) -----------------------------------------------------------------
 
+    def reserve(self, upto: int) -> None:
+        """Give entry numbers below ``upto`` disk blocks before they are written through the mapping.
+
+        Storing into a hole of a sparse file when the disk is full kills the process with SIGBUS; fallocate
+        fails with ENOSPC instead, which the store turns into a refused append.
+        """
+        if upto <= self.reserved:
+            return
+        assert self.fd is not None
+        old = self.reserved
+        if old == 0:
+            os.posix_fallocate(self.fd, 0, self._hash_at)  # the header and the slots, which take writes anywhere
+        new = min(self.max_entries + 1, upto + _RESERVE_ENTRIES)
+        for at, width in ((self._hash_at, 8), (self._phys_at, 8), (self._ts_at, 8), (self._prev_at, 4)):
+            os.posix_fallocate(self.fd, at + width * old, width * (new - old))
+        self.reserved = new
+
     def append(self, entries: list[tuple[int, int, int]], start: int) -> int:
         """Write ``entries[start:]`` (hash, phys, store time) while room lasts; returns where it stopped.
 
@@ -172,6 +191,7 @@ class _Segment:
         stop = min(len(entries), start + self.max_entries - self.count)
         if stop <= start:
             return start
+        self.reserve(self.count + stop - start + 1)
         hashes, phys_at, times, prev, slots, n_slots = (
             self.hashes,
             self.phys,
@@ -215,6 +235,7 @@ class _Segment:
 
     def cut(self, count: int) -> None:
         """Keep entries 1..count: re-point slots that refer to later entries, refresh the ranges."""
+        self.reserve(count + 1)  # the slot writes below must not land in holes
         self.count = count
         self.repair_slots()
         # The time range stays as it was: a superset only costs a query a wasted look at this segment.
@@ -424,8 +445,12 @@ class KeyIndex:
                 seg = self._active
                 if seg is None or seg.count >= seg.max_entries:
                     seg = self._roll()
-                done = seg.append(entries, done)
-                self._dirty.add(seg)
+                try:
+                    done = seg.append(entries, done)
+                except OSError as exc:
+                    raise StoreError(f"key index: cannot grow segment {seg.path}: {exc}") from exc
+                finally:
+                    self._dirty.add(seg)
             self._progress = progress
 
     def _roll(self) -> _Segment:
