@@ -372,3 +372,41 @@ async def test_a_commit_read_back_from_disk_names_the_message_it_delivered(tmp_p
             assert shown["state"] == "COMMITTED" and shown["deliveredMsgId"] == delivered[f"m{i}".encode()]
     finally:
         await h.stop()
+
+
+async def test_decisions_beyond_the_window_are_read_from_their_markers(tmp_path: Path) -> None:
+    # transactionDecidedMax bounds the decisions held in memory; an older one is looked up in its op marker, so the
+    # first decision still wins and nothing is delivered twice.
+    h = Harness(tmp_path)
+    await h.start(extra={"transactionDecidedMax": "2", "transactionHistoryMax": "1"})
+    try:
+        p = await h.producer()
+        committed = await p.prepare("TxTopic", b"committed")
+        rolled = await p.prepare("TxTopic", b"rolled")
+        assert (await p.end(committed, COMMIT)).code == ResponseCode.SUCCESS
+        assert (await p.end(rolled, ROLLBACK)).code == ResponseCode.SUCCESS
+        for i in range(3):
+            later = await p.prepare("TxTopic", f"later-{i}".encode())
+            assert (await p.end(later, COMMIT)).code == ResponseCode.SUCCESS
+        assert len(h.svc.decided) == 2 and committed.phys not in h.svc.decided and rolled.phys not in h.svc.decided
+        assert committed.phys not in h.svc.records and rolled.phys not in h.svc.records
+        again = await p.end(committed, COMMIT)
+        assert again.code == ResponseCode.SUCCESS and "already committed; nothing done" in again.remark
+        conflict = await p.end(committed, ROLLBACK)
+        assert conflict.code == ResponseCode.SYSTEM_ERROR and "already decided as COMMIT" in conflict.remark
+        conflict = await p.end(rolled, COMMIT)
+        assert conflict.code == ResponseCode.SYSTEM_ERROR and "already decided as ROLLBACK" in conflict.remark
+        bodies = [m.body for m in await pull_real(h, "TxTopic")]
+        assert bodies == [b"committed", b"later-0", b"later-1", b"later-2"]
+        assert (await show(h, committed.uniq))["state"] == "COMMITTED"
+        assert (await show(h, rolled.uniq))["state"] == "ROLLED_BACK"
+        resp, _ = await call(h, RESOLVE, {"id": rolled.uniq, "decision": "commit"})
+        assert resp.code == ResponseCode.TRANSACTION_FAILED and "already decided as ROLLBACK" in resp.remark
+        # A restart keeps only the newest decisions in memory too.
+        await h.restart()
+        assert len(h.svc.decided) == 2
+        p = await h.producer()
+        assert (await p.end(committed, ROLLBACK)).code == ResponseCode.SYSTEM_ERROR
+        assert [m.body for m in await pull_real(h, "TxTopic")] == bodies
+    finally:
+        await h.stop()

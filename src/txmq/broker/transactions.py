@@ -2,19 +2,20 @@
 
 On disk this is RocketMQ's model (wire reference §4): a prepare is stored in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with
 ``REAL_TOPIC``/``REAL_QID`` added and the sysFlag transaction bits cleared; a decision writes an op marker to
-``RMQ_SYS_TRANS_OP_HALF_TOPIC`` (same queue id, tag ``d``, body = decimal half queue offset, new UNIQ_KEY, born and
-store host = the broker). A COMMIT first re-puts the message to its real topic and queue (sysFlag COMMIT, PREPARED TX
-OFFSET = half commit-log offset, ``REAL_TOPIC``/``REAL_QID``/``TRAN_MSG`` removed). txmq's op markers also carry two
-extra properties, ``TXMQ_DECISION`` (COMMIT, ROLLBACK or DISCARD) and ``TXMQ_HALF_PHYS`` (the half commit-log offset);
-a RocketMQ reader ignores them, and markers without them (written by RocketMQ) still remove their half message.
+``RMQ_SYS_TRANS_OP_HALF_TOPIC`` (same queue id, tag ``d``, body = decimal half queue offset, no UNIQ_KEY of its own,
+born and store host = the broker). A COMMIT first re-puts the message to its real topic and queue (sysFlag COMMIT,
+PREPARED TX OFFSET = half commit-log offset, ``REAL_TOPIC``/``REAL_QID``/``TRAN_MSG`` removed). txmq's op markers also
+carry two extra properties, ``TXMQ_DECISION`` (COMMIT, ROLLBACK or DISCARD) and ``TXMQ_HALF_PHYS`` (the half commit-log
+offset); a RocketMQ reader ignores them, and markers without them (written by RocketMQ) still remove their half message.
 
 In memory (rebuilt at start by scanning the half and op queues from their minimum offsets):
 
 * the **pending table**, half commit-log offset -> :class:`PendingTransaction`, for half messages with no op marker;
-* the **decided map**, half commit-log offset -> decision. The first decision wins: a repeated COMMIT or ROLLBACK is
-  answered with success and does nothing (a COMMIT is never delivered twice); a conflicting one is refused with
-  SYSTEM_ERROR and logged. DISCARD (the check limit was reached) is not a decision: a later COMMIT or ROLLBACK from the
-  producer is still applied. Concurrent END_TRANSACTIONs for one half message are serialised.
+* the **decided map**, half commit-log offset -> decision, for the newest ``transactionDecidedMax`` decisions
+  (:class:`DecisionWindow`; an older one is read from its op marker). The first decision wins: a repeated COMMIT or
+  ROLLBACK is answered with success and does nothing (a COMMIT is never delivered twice); a conflicting one is refused
+  with SYSTEM_ERROR and logged. DISCARD (the check limit was reached) is not a decision: a later COMMIT or ROLLBACK from
+  the producer is still applied. Concurrent END_TRANSACTIONs for one half message are serialised.
 
 Checks, unlike RocketMQ, do **not** re-append the half message: a heap orders pending transactions by their next check
 time, so a round costs O(due) and the half topic does not grow per check. Counts live in memory and are persisted
@@ -60,7 +61,7 @@ import heapq
 import itertools
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -124,6 +125,7 @@ _RECENT_HALVES = 8192  # decoded half messages kept for END_TRANSACTION (about 1
 JOURNAL_NAME = "transactionJournal.log"
 LEGACY_CHECKS_NAME = "transactionChecks.json"
 DEFAULT_HISTORY_MAX = 10_000
+DEFAULT_DECIDED_MAX = 200_000
 DEFAULT_RESOLUTION_WINDOW = 1_000
 _JOURNAL_SLACK = 10_000  # journal lines allowed beyond twice the live ones before it is rewritten
 
@@ -302,6 +304,51 @@ def _percentile(ordered: list[int], pct: int) -> int:
     return ordered[rank - 1]
 
 
+class DecisionWindow:
+    """Half commit-log offset -> decision, for the most recent ``limit`` decisions (about 80 bytes each).
+
+    Older decisions leave memory; ``evicted_max`` is the highest offset that left, so a half message above it that
+    is not here was never decided, and one at or below it is looked up in its op marker on disk.
+    """
+
+    __slots__ = ("_map", "_order", "evicted_max", "limit")
+
+    def __init__(self, limit: int, items: Iterable[tuple[int, str]] = ()) -> None:
+        self.limit = max(1, limit)
+        self._map: dict[int, str] = {}
+        self._order: collections.deque[int] = collections.deque()
+        self.evicted_max = -1
+        for phys, decision in items:
+            self[phys] = decision
+
+    def get(self, phys: int, default: str | None = None) -> str | None:
+        return self._map.get(phys, default)
+
+    def __getitem__(self, phys: int) -> str:
+        return self._map[phys]
+
+    def __contains__(self, phys: object) -> bool:
+        return phys in self._map
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __setitem__(self, phys: int, decision: str) -> None:
+        decisions = self._map
+        if phys not in decisions:
+            self._order.append(phys)
+        decisions[phys] = decision
+        if len(decisions) > self.limit:
+            order = self._order
+            while len(decisions) > self.limit:
+                old = order.popleft()
+                if decisions.pop(old, None) is not None and old > self.evicted_max:
+                    self.evicted_max = old
+
+    def pop(self, phys: int, default: str | None = None) -> str | None:
+        return self._map.pop(phys, default)  # its place in the order goes stale and is skipped
+
+
 def _extra_int(config: Any, key: str, default: int) -> int:
     raw = (getattr(config, "extra", None) or {}).get(key)
     if raw is None:
@@ -333,7 +380,7 @@ class TransactionService:
         self.config = broker.config
         self.clock = broker.clock
         self.pending: dict[int, TransactionRecord] = {}
-        self.decided: dict[int, str] = {}
+        self.decided = DecisionWindow(_extra_int(broker.config, "transactionDecidedMax", DEFAULT_DECIDED_MAX))
         # Every transaction held in memory (pending, discarded, the last resolved ones), by half commit-log offset.
         self.records: dict[int, TransactionRecord] = {}
         self._resolved_order: collections.OrderedDict[int, None] = collections.OrderedDict()
@@ -506,7 +553,7 @@ class TransactionService:
         self.records.clear()
         self._resolved_order.clear()
         self._alt_ids.clear()
-        self.decided = decided
+        self.decided = DecisionWindow(self.decided.limit, decided.items())
         self._heap.clear()
         self.discarded_now = sum(1 for rec in records if rec.state is TxState.DISCARDED)
         interval = self.config.transaction_check_interval
@@ -843,33 +890,37 @@ class TransactionService:
         if rec is not None:
             return rec
         decision = self.decided.get(half_phys)
-        if decision is None:
+        if decision is None and half_phys > self.decided.evicted_max:
             return None  # not a transaction this broker tracks (a malformed half message)
         rec = self._read_record(half_phys, None)
         if rec is None:
             return None
         outcome = self._find_outcome(rec, decision)
-        self._apply_history(rec, outcome or _Outcome(decision, 0, None, None), None, None)
+        if outcome is None and decision is None:
+            return None  # decided long ago, but its marker is gone
+        self._apply_history(rec, outcome or _Outcome(decision or UNKNOWN, 0, None, None), None, None)
         rec.history_complete = False
         return rec
 
-    def _find_outcome(self, rec: TransactionRecord, decision: str) -> _Outcome | None:
-        """The op marker of ``rec`` that holds ``decision``: via the key index (txmq markers carry the half message's
-        UNIQ_KEY in KEYS), else by reading the op queue backwards."""
+    def _find_outcome(self, rec: Any, decision: str | None) -> _Outcome | None:
+        """The op marker of ``rec`` (``phys``, ``queue_offset``, ``uniq_key``) that holds ``decision``, or any but
+        DISCARD when None: via the key index (txmq markers carry the half message's UNIQ_KEY in KEYS), else by
+        reading the op queue backwards."""
         store = self.broker.store
         assert store is not None
 
         def match(op: MessageRecord | None) -> _Outcome | None:
-            if op is None or op.tags != OP_TAG or op.properties.get(PROP_DECISION, UNKNOWN) != decision:
+            if op is None or op.tags != OP_TAG:
+                return None
+            found = op.properties.get(PROP_DECISION, UNKNOWN)
+            if found != decision and (decision is not None or found == DISCARD):
                 return None
             half_phys = op.properties.get(PROP_HALF_PHYS)
             if half_phys is not None and half_phys != str(rec.phys):
                 return None
             if half_phys is None and op.body != str(rec.queue_offset).encode("ascii"):
                 return None
-            return _Outcome(
-                decision, op.born_timestamp, op.properties.get(PROP_BY), op.properties.get(PROP_COPY_MSG_ID)
-            )
+            return _Outcome(found, op.born_timestamp, op.properties.get(PROP_BY), op.properties.get(PROP_COPY_MSG_ID))
 
         if rec.uniq_key:
             for phys in store.query_by_key(TRANS_OP_HALF_TOPIC, rec.uniq_key, 16):
@@ -1161,6 +1212,8 @@ class TransactionService:
             )
             return ResponseCode.SYSTEM_ERROR, problem
         earlier = self.decided.get(phys)
+        if earlier is None and phys <= self.decided.evicted_max and phys not in self.pending:
+            earlier = self._decision_on_disk(phys, half)
         if earlier is not None and earlier != DISCARD and by == BY_OPERATOR:
             self.counters.add("refusedDecisions")
             rec = self.records.get(phys) or self._record_at(phys)
@@ -1170,7 +1223,8 @@ class TransactionService:
             )
         if earlier == decision:
             log.info("END_TRANSACTION %s: repeated %s ignored (already applied)", msg_id, decision)
-            return ResponseCode.SUCCESS, f"[TXMQ] transaction already {decision.lower()}ed; nothing done"
+            done = "committed" if decision == COMMIT else "rolled back"
+            return ResponseCode.SUCCESS, f"[TXMQ] transaction {msg_id} already {done}; nothing done"
         if earlier is not None and earlier != DISCARD:
             self.counters.add("refusedDecisions")
             log.warning(
@@ -1230,6 +1284,14 @@ class TransactionService:
 
         store.put_future(marker).add_done_callback(rolled_back)
         return outcome
+
+    def _decision_on_disk(self, phys: int, half: MessageRecord) -> str | None:
+        """The decision of a half message decided before the in-memory window (None when undecided)."""
+        rec = self.records.get(phys)
+        if rec is not None:
+            return {TxState.COMMITTED: COMMIT, TxState.ROLLED_BACK: ROLLBACK, TxState.DISCARDED: DISCARD}.get(rec.state)
+        outcome = self._find_outcome(_Target(phys, half.queue_offset, half.properties.get(Prop.UNIQ_KEY)), None)
+        return outcome.decision if outcome is not None else None
 
     def _applied(
         self,
