@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -410,3 +411,67 @@ async def test_decisions_beyond_the_window_are_read_from_their_markers(tmp_path:
         assert [m.body for m in await pull_real(h, "TxTopic")] == bodies
     finally:
         await h.stop()
+
+
+async def test_decisions_of_one_event_loop_turn_share_one_op_marker(tmp_path: Path) -> None:
+    # As RocketMQ 5 batches op messages: the decisions that arrive together are stored in one append, their
+    # committed copies first and then one marker listing them all, which the rebuild reads back decision by decision.
+    h = Harness(tmp_path)
+    await h.start(extra={"transactionHistoryMax": "1"})
+    try:
+        p = await h.producer()
+        preps = [await p.prepare("TxTopic", f"m{i}".encode()) for i in range(5)]
+        decisions = [COMMIT, ROLLBACK, COMMIT, COMMIT, ROLLBACK]
+        commands = [p.end_cmd(prep, d, oneway=False) for prep, d in zip(preps, decisions, strict=True)]
+        outcomes = [h.svc.end_transaction(None, cmd) for cmd in commands]  # one event-loop turn
+        answers = [await outcome for outcome in outcomes]
+        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 5
+        [op] = h.messages(TRANS_OP_HALF_TOPIC)
+        assert op.body == b",".join(str(prep.queue_offset).encode() for prep in preps)
+        assert op.properties["TXMQ_DECISION"] == "COMMIT,ROLLBACK,COMMIT,COMMIT,ROLLBACK"
+        assert op.properties["TXMQ_HALF_PHYS"] == ",".join(str(prep.phys) for prep in preps)
+        assert op.properties["KEYS"] == " ".join(prep.uniq for prep in preps)
+        delivered = await pull_real(h, "TxTopic")
+        assert [m.body for m in delivered] == [b"m0", b"m2", b"m3"]
+        host = ("127.0.0.1", h.broker.config.listen_port)
+        copy_ids = [encode_offset_msg_id(host, m.physical_offset) for m in delivered]
+        assert op.properties["TXMQ_COPY_MSG_ID"] == f"{copy_ids[0]},,{copy_ids[1]},{copy_ids[2]},"
+        for restart in (False, True):
+            if restart:
+                await h.restart()
+            shown = [await show(h, prep.uniq) for prep in preps]
+            assert [t["state"] for t in shown] == ["COMMITTED", "ROLLED_BACK", "COMMITTED", "COMMITTED", "ROLLED_BACK"]
+            assert [t.get("deliveredMsgId") for t in shown] == [copy_ids[0], None, copy_ids[1], copy_ids[2], None]
+            assert h.svc.pending == {}
+        p = await h.producer()
+        assert (await p.end(preps[1], COMMIT)).code == ResponseCode.SYSTEM_ERROR  # the first decision still wins
+        assert (await p.end(preps[0], COMMIT)).code == ResponseCode.SUCCESS
+        assert [m.body for m in await pull_real(h, "TxTopic")] == [b"m0", b"m2", b"m3"]
+    finally:
+        await h.stop()
+
+
+async def test_a_refused_copy_does_not_fail_the_decisions_stored_with_it(
+    h: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One append is stored or refused whole; a COMMIT whose copy the store refuses is retried alone, so the other
+    # decisions of its event-loop turn still go through, and it stays in doubt.
+    store = h.broker.store
+    real_put = store.put_many_future
+
+    def put_many_future(records: list[Any], **kw: Any) -> Any:
+        if any(r.body == b"bad" for r in records):
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_result([store._refused("MESSAGE_ILLEGAL", "refused by the test")] * len(records))
+            return fut
+        return real_put(records, **kw)
+
+    monkeypatch.setattr(store, "put_many_future", put_many_future)
+    p = await h.producer()
+    preps = [await p.prepare("TxTopic", body) for body in (b"good-1", b"bad", b"good-2")]
+    outcomes = [h.svc.end_transaction(None, p.end_cmd(prep, COMMIT, oneway=False)) for prep in preps]
+    answers = [await outcome for outcome in outcomes]
+    assert [a.code for a in answers] == [ResponseCode.SUCCESS, ResponseCode.MESSAGE_ILLEGAL, ResponseCode.SUCCESS]
+    assert [m.body for m in await pull_real(h, "TxTopic")] == [b"good-1", b"good-2"]
+    assert list(h.svc.pending) == [preps[1].phys]
+    assert len(h.messages(TRANS_OP_HALF_TOPIC)) == 2

@@ -181,6 +181,24 @@ async def test_put_many_link_writes_the_offset_of_the_record_before(store: Messa
         assert on_disk.properties["REF"] == encode_offset_msg_id(host, stored.physical_offset)
 
 
+async def test_put_many_link_lists_the_offsets_of_every_record_before(store: MessageStore) -> None:
+    host = ("10.9.8.7", 10911)
+    ph = encode_offset_msg_id(host, 0)
+    marker = make_record("Op", 0, b"7", REF=f"{ph},,{ph},{ph},")  # empty items take no record
+    results = await store.put_many(
+        [make_record("Real", 0, b"a"), make_record("Real", 1, b"b"), make_record("X"), marker], link="REF"
+    )
+    on_disk = store.read_message(results[-1].physical_offset)
+    assert on_disk is not None
+    assert on_disk.properties["REF"] == ",".join(
+        [encode_offset_msg_id(host, results[0].physical_offset), ""]
+        + [encode_offset_msg_id(host, r.physical_offset) for r in results[1:3]]
+        + [""]
+    )
+    with pytest.raises(ValueError, match="2 placeholders for 1 records"):
+        await store.put_many([make_record("Real"), make_record("Op", REF=f"{ph},{ph}")], link="REF")
+
+
 async def test_put_many_link_needs_a_placeholder_and_a_record_before(store: MessageStore) -> None:
     with pytest.raises(ValueError, match="record before"):
         await store.put_many([make_record("Op", REF="0" * 32)], link="REF")

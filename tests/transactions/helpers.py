@@ -134,5 +134,6 @@ async def read_topic(namesrv: str, topic: str) -> list[MessageExt]:
 async def pending_half_offsets(namesrv: str) -> set[int]:
     """Half-topic queue offsets with no op marker: the broker's in-doubt transactions, read over the wire."""
     halves = {m.queue_offset for m in await read_topic(namesrv, HALF_TOPIC)}
-    done = {int(m.body) for m in await read_topic(namesrv, OP_TOPIC) if m.tags == "d"}
+    # An op marker may hold several decisions: its body lists their half queue offsets, comma-separated.
+    done = {int(q) for m in await read_topic(namesrv, OP_TOPIC) if m.tags == "d" for q in m.body.split(b",")}
     return halves - done

@@ -1,12 +1,13 @@
 """Transactional messages, broker side: prepare, END_TRANSACTION, and the check service.
 
 On disk this is RocketMQ's model (wire reference §4): a prepare is stored in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with
-``REAL_TOPIC``/``REAL_QID`` added and the sysFlag transaction bits cleared; a decision writes an op marker to
-``RMQ_SYS_TRANS_OP_HALF_TOPIC`` (same queue id, tag ``d``, body = decimal half queue offset, no UNIQ_KEY of its own,
-born and store host = the broker). A COMMIT first re-puts the message to its real topic and queue (sysFlag COMMIT,
-PREPARED TX OFFSET = half commit-log offset, ``REAL_TOPIC``/``REAL_QID``/``TRAN_MSG`` removed). txmq's op markers also
-carry two extra properties, ``TXMQ_DECISION`` (COMMIT, ROLLBACK or DISCARD) and ``TXMQ_HALF_PHYS`` (the half commit-log
-offset); a RocketMQ reader ignores them, and markers without them (written by RocketMQ) still remove their half message.
+``REAL_TOPIC``/``REAL_QID`` added and the sysFlag transaction bits cleared; decisions write an op marker to
+``RMQ_SYS_TRANS_OP_HALF_TOPIC`` (same queue id, tag ``d``, body = the decimal half queue offsets of the decisions it
+holds, comma-separated as RocketMQ 5 batches them, no UNIQ_KEY of its own, born and store host = the broker). A COMMIT
+first re-puts the message to its real topic and queue (sysFlag COMMIT, PREPARED TX OFFSET = half commit-log offset,
+``REAL_TOPIC``/``REAL_QID``/``TRAN_MSG`` removed). txmq's op markers also carry, per decision, ``TXMQ_DECISION``
+(COMMIT, ROLLBACK or DISCARD) and ``TXMQ_HALF_PHYS`` (the half commit-log offset) (:mod:`txmq.protocol.op_marker`); a
+RocketMQ reader ignores them, and markers without them (written by RocketMQ) still remove their half messages.
 
 In memory (rebuilt at start by scanning the half and op queues from their minimum offsets):
 
@@ -28,8 +29,9 @@ set and not -1), then every ``transactionCheckInterval`` ms; once it has had ``t
 copied, properties kept, to ``TRANS_CHECK_MAX_TIME_TOPIC`` at its next due time and a DISCARD marker is written. A
 record that fails to read or check is logged and rescheduled one interval later; it never stalls the round.
 
-Crash safety of COMMIT: the real-topic copy and the op marker are one append, copy first (the writer fills the copy's
-offset into the marker's ``TXMQ_COPY_MSG_ID``), so a torn tail can lose the marker but never keep it without the copy.
+Crash safety of COMMIT: the decisions of one event-loop turn are one append, the real-topic copies first and then one
+op marker that holds every decision (the writer fills each copy's offset into the marker's ``TXMQ_COPY_MSG_ID``
+list), so a torn tail can lose the marker but never keep it without the copies.
 If the broker dies in between (or the marker alone is lost), the start-up
 rebuild finds the half message pending and, before scheduling any check, looks for an existing committed copy: via the
 store's key index (``query_by_key(REAL_TOPIC, UNIQ_KEY)``; without a UNIQ_KEY, by scanning the tail of the real queue)
@@ -83,6 +85,16 @@ from txmq.protocol.headers import (
     EndTransactionRequestHeader,
     SendMessageRequestHeader,
 )
+from txmq.protocol.op_marker import (
+    OP_TAG,
+    PROP_BY,
+    PROP_COPY_MSG_ID,
+    PROP_DECISION,
+    PROP_HALF_PHYS,
+    RESUME_TAG,
+    marker_fields,
+    parse_marker,
+)
 from txmq.protocol.record import (
     MessageRecord,
     Prop,
@@ -99,13 +111,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("txmq.broker.transactions")
 
-OP_TAG = "d"
-RESUME_TAG = "txmq_resume"  # an operator resumed a DISCARDED transaction (never tag "d": RocketMQ would drop it)
 SYS_TRANS_GROUP = "CID_RMQ_SYS_TRANS"
-PROP_DECISION = "TXMQ_DECISION"
-PROP_HALF_PHYS = "TXMQ_HALF_PHYS"
-PROP_BY = "TXMQ_BY"
-PROP_COPY_MSG_ID = "TXMQ_COPY_MSG_ID"
 COMMIT = "COMMIT"
 ROLLBACK = "ROLLBACK"
 DISCARD = "DISCARD"
@@ -121,6 +127,7 @@ _SCAN_CHUNK = 1024
 _TAIL_SCAN = 1024  # real-queue entries searched for a committed copy when the half message has no UNIQ_KEY
 _OP_SCAN_LIMIT = 200_000  # op-queue entries searched backwards for an old marker that the key index cannot find
 _NO_GUARD = 2**63 - 1
+_MARKER_DECISIONS = 128  # decisions one op marker holds at most (its properties stay far below 32 KiB)
 _RECENT_HALVES = 8192  # decoded half messages kept for END_TRANSACTION (about 1.5 KiB each for 1 KiB bodies)
 JOURNAL_NAME = "transactionJournal.log"
 LEGACY_CHECKS_NAME = "transactionChecks.json"
@@ -393,7 +400,8 @@ class TransactionService:
         self._inflight: dict[int, list[asyncio.Future[None]]] = {}  # half phys -> waiters for its decision
         # Half messages just prepared, as stored, so END_TRANSACTION need not read and decode them back (bounded).
         self._recent_halves: dict[int, MessageRecord] = {}
-        self._placeholder: str | None = None  # offsetMsgId of offset 0 on this broker (see _decide)
+        self._placeholder: str | None = None  # offsetMsgId of offset 0 on this broker (see _store_batch)
+        self._decisions: list[_Decision] = []  # decided in this event-loop turn, not yet handed to the store
         config_dir = Path(broker.config.store_path_root_dir) / "config"
         self._journal_path = config_dir / JOURNAL_NAME
         self._legacy_checks_path = config_dir / LEGACY_CHECKS_NAME
@@ -622,35 +630,33 @@ class TransactionService:
                 if op is None or op.tags not in (OP_TAG, RESUME_TAG):
                     continue
                 try:
-                    half_offset = int(op.body.decode("ascii"))
-                except (UnicodeDecodeError, ValueError):
+                    marked = parse_marker(op.body, op.properties)
+                except ValueError:
                     log.error("transaction op record at %d has a malformed body %r", phys, op.body[:40])
                     continue
-                half_phys_text = op.properties.get(PROP_HALF_PHYS)
-                half_phys = int(half_phys_text) if half_phys_text and half_phys_text.isdigit() else None
-                if half_phys is None and half_offset in half_entries:
-                    half_phys = half_entries[half_offset][0]
-                if op.tags == RESUME_TAG:
-                    if removed.get(half_offset) == DISCARD:
-                        del removed[half_offset]
+                for m in marked:
+                    half_offset, half_phys = m.half_queue_offset, m.half_phys
+                    if half_phys is None and half_offset in half_entries:
+                        half_phys = half_entries[half_offset][0]
+                    if op.tags == RESUME_TAG:
+                        if removed.get(half_offset) == DISCARD:
+                            del removed[half_offset]
+                            if half_phys is not None:
+                                decided.pop(half_phys, None)
+                                outcomes.pop(half_phys, None)
+                                resumes.setdefault(half_phys, []).append(op.born_timestamp)
+                        continue
+                    decision = m.decision
+                    previous = removed.get(half_offset)
+                    if previous is None or previous == DISCARD:
+                        removed[half_offset] = decision
                         if half_phys is not None:
-                            decided.pop(half_phys, None)
+                            decided[half_phys] = decision
+                            outcome = _Outcome(decision, op.born_timestamp, m.by, m.copy_msg_id)
                             outcomes.pop(half_phys, None)
-                            resumes.setdefault(half_phys, []).append(op.born_timestamp)
-                    continue
-                decision = op.properties.get(PROP_DECISION, UNKNOWN)
-                previous = removed.get(half_offset)
-                if previous is None or previous == DISCARD:
-                    removed[half_offset] = decision
-                    if half_phys is not None:
-                        decided[half_phys] = decision
-                        outcome = _Outcome(
-                            decision, op.born_timestamp, op.properties.get(PROP_BY), op.properties.get(PROP_COPY_MSG_ID)
-                        )
-                        outcomes.pop(half_phys, None)
-                        outcomes[half_phys] = outcome
-                        if decision == DISCARD:
-                            discards[half_phys] = outcome
+                            outcomes[half_phys] = outcome
+                            if decision == DISCARD:
+                                discards[half_phys] = outcome
         sizes = {phys: size for phys, size in half_entries.values()}
         records: list[TransactionRecord] = []
         for half_offset, (phys, size) in half_entries.items():
@@ -912,15 +918,17 @@ class TransactionService:
         def match(op: MessageRecord | None) -> _Outcome | None:
             if op is None or op.tags != OP_TAG:
                 return None
-            found = op.properties.get(PROP_DECISION, UNKNOWN)
-            if found != decision and (decision is not None or found == DISCARD):
+            try:
+                marked = parse_marker(op.body, op.properties)
+            except ValueError:
                 return None
-            half_phys = op.properties.get(PROP_HALF_PHYS)
-            if half_phys is not None and half_phys != str(rec.phys):
-                return None
-            if half_phys is None and op.body != str(rec.queue_offset).encode("ascii"):
-                return None
-            return _Outcome(found, op.born_timestamp, op.properties.get(PROP_BY), op.properties.get(PROP_COPY_MSG_ID))
+            for m in marked:
+                if m.decision != decision and (decision is not None or m.decision == DISCARD):
+                    continue
+                if m.half_phys != rec.phys if m.half_phys is not None else m.half_queue_offset != rec.queue_offset:
+                    continue
+                return _Outcome(m.decision, op.born_timestamp, m.by, m.copy_msg_id)
+            return None
 
         if rec.uniq_key:
             for phys in store.query_by_key(TRANS_OP_HALF_TOPIC, rec.uniq_key, 16):
@@ -1243,47 +1251,84 @@ class TransactionService:
         if rec is not None and transaction_id and transaction_id != rec.uniq_key:
             rec.transaction_id = transaction_id
         outcome: asyncio.Future[tuple[int, str | None]] = asyncio.get_running_loop().create_future()
+        copy: MessageRecord | None = None
         if decision == COMMIT:
-            copy = self._commit_copy(half)
-            if isinstance(copy, tuple):
-                return copy  # nothing stored, nothing decided
-            # The copy and its op marker in one append; the marker's TXMQ_COPY_MSG_ID gets the copy's offset from
-            # the writer. The copy comes first: a torn tail can only lose the marker, which the rebuild repairs.
-            placeholder = self._placeholder
-            if placeholder is None:
-                placeholder = self._placeholder = encode_offset_msg_id(self.broker.store_host, 0)
-            marker = self._op_record(rec, decision, by, placeholder, half=half)
-
-            def committed(done: asyncio.Future[list[Any]]) -> None:
-                if done.cancelled() or done.exception() is not None:
-                    _settle(outcome, done)
-                    return
-                stored, marked = done.result()
-                code = self.broker.put_status_code(stored)
-                if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
-                    log.error("committing half message at %d failed: %s", phys, stored)
-                    outcome.set_result((code, f"storing the committed message failed: {stored.status.value}"))
-                    return
-                self._marker_stored(marked, OP_TAG, COMMIT, phys)
-                copy_msg_id = encode_offset_msg_id(self.broker.store_host, stored.physical_offset)
-                self._applied(phys, rec, decision, by, copy_msg_id, msg_id, group)
-                outcome.set_result((ResponseCode.SUCCESS, None))
-
-            store.put_many_future([copy, marker], link=PROP_COPY_MSG_ID).add_done_callback(committed)
-            return outcome
-        # ROLLBACK: decided as soon as it is accepted; the marker only records it.
-        marker = self._op_record(rec, decision, by, None, half=half)
-        self._applied(phys, rec, decision, by, None, msg_id, group)
-
-        def rolled_back(done: asyncio.Future[Any]) -> None:
-            if done.cancelled() or done.exception() is not None:
-                _settle(outcome, done)
-                return
-            self._marker_stored(done.result(), OP_TAG, decision, phys)
-            outcome.set_result((ResponseCode.SUCCESS, None))
-
-        store.put_future(marker).add_done_callback(rolled_back)
+            made = self._commit_copy(half)
+            if isinstance(made, tuple):
+                return made  # nothing stored, nothing decided
+            copy = made
+        else:  # ROLLBACK: decided as soon as it is accepted; the marker only records it.
+            self._applied(phys, rec, decision, by, None, msg_id, group)
+        uniq_key = rec.uniq_key if rec is not None else half.properties.get(Prop.UNIQ_KEY)
+        self._queue_decision(
+            _Decision(phys, half.queue_offset, uniq_key, decision, by, copy, outcome, rec, msg_id, group)
+        )
         return outcome
+
+    def _queue_decision(self, d: _Decision) -> None:
+        """Decisions are stored once per event-loop turn, up to _MARKER_DECISIONS together (see _store_decisions)."""
+        batch = self._decisions
+        batch.append(d)
+        if len(batch) == 1:
+            asyncio.get_running_loop().call_soon(self._store_decisions)
+        elif len(batch) >= _MARKER_DECISIONS:
+            self._store_decisions()
+
+    def _store_decisions(self) -> None:
+        """One append for the decisions of this turn: their committed copies, then one op marker that holds them all
+        (RocketMQ 5 batches op messages the same way). The writer fills each copy's offset into the marker's
+        ``TXMQ_COPY_MSG_ID`` list. The copies come first: a torn tail can only lose the marker, which the rebuild
+        repairs (a COMMIT from its copy; a ROLLBACK is checked again)."""
+        batch, self._decisions = self._decisions, []
+        if batch:
+            self._store_batch(batch)
+
+    def _store_batch(self, batch: list[_Decision]) -> None:
+        store = self.broker.store
+        assert store is not None
+        placeholder = self._placeholder
+        if placeholder is None:
+            placeholder = self._placeholder = encode_offset_msg_id(self.broker.store_host, 0)
+        copies = [d.copy for d in batch if d.copy is not None]
+        marker = self._op_marker(
+            *marker_fields(
+                [
+                    (d.queue_offset, d.phys, d.decision, d.by, placeholder if d.copy is not None else None, d.uniq_key)
+                    for d in batch
+                ]
+            )
+        )
+        stored = store.put_many_future([*copies, marker], link=PROP_COPY_MSG_ID if copies else None)
+        stored.add_done_callback(lambda done: self._batch_stored(batch, done))
+
+    def _batch_stored(self, batch: list[_Decision], done: asyncio.Future[list[Any]]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            for d in batch:
+                _settle(d.outcome, done)
+            return
+        results = done.result()
+        marked = results[-1]  # an append is stored whole or refused whole
+        code = self.broker.put_status_code(marked)
+        if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+            if len(batch) > 1 and code == ResponseCode.MESSAGE_ILLEGAL:
+                for d in batch:  # one record the store refuses must not fail the others: each on its own
+                    self._store_batch([d])
+                return
+            for d in batch:
+                if d.copy is not None:
+                    log.error("committing half message at %d failed: %s", d.phys, marked)
+                    d.outcome.set_result((code, f"storing the committed message failed: {marked.status.value}"))
+                else:
+                    self._marker_stored(marked, OP_TAG, d.decision, d.phys)
+                    d.outcome.set_result((ResponseCode.SUCCESS, None))
+            return
+        copy_results = iter(results)
+        store_host = self.broker.store_host
+        for d in batch:
+            if d.copy is not None:
+                copy_msg_id = encode_offset_msg_id(store_host, next(copy_results).physical_offset)
+                self._applied(d.phys, d.rec, COMMIT, d.by, copy_msg_id, d.msg_id, d.group)
+            d.outcome.set_result((ResponseCode.SUCCESS, None))
 
     def _decision_on_disk(self, phys: int, half: MessageRecord) -> str | None:
         """The decision of a half message decided before the in-memory window (None when undecided)."""
@@ -1355,16 +1400,13 @@ class TransactionService:
         *,
         half: MessageRecord | None = None,
     ) -> MessageRecord:
-        """The op marker (tag ``d``) of a decision."""
-        props = {PROP_DECISION: decision, PROP_BY: by}
-        if copy_msg_id:
-            props[PROP_COPY_MSG_ID] = copy_msg_id
+        """The op marker (tag ``d``) of one decision."""
         if rec is None:
             assert half is not None
-            target = _Target(half.physical_offset, half.queue_offset, half.properties.get(Prop.UNIQ_KEY))
+            target = (half.queue_offset, half.physical_offset, half.properties.get(Prop.UNIQ_KEY))
         else:
-            target = _Target(rec.phys, rec.queue_offset, rec.uniq_key)
-        return self._marker_record(target, OP_TAG, props)
+            target = (rec.queue_offset, rec.phys, rec.uniq_key)
+        return self._op_marker(*marker_fields([(target[0], target[1], decision, by, copy_msg_id, target[2])]))
 
     async def _write_op(self, record: MessageRecord) -> bool:
         """Store an op marker (from :meth:`_op_record`) on its own."""
@@ -1375,22 +1417,24 @@ class TransactionService:
 
     def _marker_record(self, target: Any, tag: str, extra: dict[str, str]) -> MessageRecord:
         """An op-topic record about the half message ``target`` (``phys``, ``queue_offset``, ``uniq_key``)."""
+        props = {PROP_HALF_PHYS: str(target.phys), **extra}
+        if target.uniq_key:
+            props[Prop.KEYS] = target.uniq_key  # the key index then finds a transaction's markers
+        return self._op_marker(str(target.queue_offset).encode("ascii"), props, tag)
+
+    def _op_marker(self, body: bytes, props: dict[str, str], tag: str = OP_TAG) -> MessageRecord:
         broker = self.broker
         if broker.topics.ensure(TRANS_OP_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)[1]:
             broker.topic_changed()
-        now = self.clock.now_ms()
         # No UNIQ_KEY of its own, as in RocketMQ: nobody looks a marker up by it, and the key index need not hold it.
-        props = {Prop.TAGS: tag, PROP_HALF_PHYS: str(target.phys), **extra}
-        if target.uniq_key:
-            props[Prop.KEYS] = target.uniq_key  # the key index then finds a transaction's markers
         return MessageRecord(
             topic=TRANS_OP_HALF_TOPIC,
-            body=str(target.queue_offset).encode("ascii"),
+            body=body,
             queue_id=0,
-            born_timestamp=now,
+            born_timestamp=self.clock.now_ms(),
             born_host=broker.store_host,
             store_host=broker.store_host,
-            properties=props,
+            properties={Prop.TAGS: tag, **props},
         )
 
     async def _write_marker(self, target: Any, tag: str, extra: dict[str, str]) -> bool:
@@ -1599,6 +1643,22 @@ async def _answer(cmd: RemotingCommand, outcome: Awaitable[tuple[int, str | None
 
 async def _drop_answer(outcome: Awaitable[tuple[int, str | None]]) -> None:
     await outcome
+
+
+@dataclass(slots=True)
+class _Decision:
+    """A decision waiting for its op marker (and, for a COMMIT, its copy) to be stored."""
+
+    phys: int
+    queue_offset: int
+    uniq_key: str | None
+    decision: str
+    by: str
+    copy: MessageRecord | None  # the committed copy, or None for a ROLLBACK
+    outcome: asyncio.Future[tuple[int, str | None]]
+    rec: TransactionRecord | None
+    msg_id: str
+    group: str
 
 
 @dataclass(slots=True)

@@ -27,6 +27,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from txmq.errors import RecordDecodeError
+from txmq.protocol.op_marker import OP_TAG, RESUME_TAG, parse_marker
 from txmq.protocol.record import (
     BLANK_MAGIC_CODE,
     MAGIC_CODE,
@@ -43,10 +44,6 @@ log = logging.getLogger("txmq.spark")
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-OP_TAG = "d"
-RESUME_TAG = "txmq_resume"  # an operator put a DISCARDED transaction back in doubt (docs/transactions.md §4.2)
-PROP_DECISION = "TXMQ_DECISION"  # txmq's op-marker extras (txmq.broker.transactions)
-PROP_HALF_PHYS = "TXMQ_HALF_PHYS"
 TX_COMMIT_TYPE = 0x8
 TX_MASK = 0xC
 
@@ -203,8 +200,8 @@ _U16 = struct.Struct(">H")
 _TX_TOPICS = {HALF_TOPIC.encode(), OP_TOPIC.encode(), DISCARD_TOPIC.encode()}
 
 
-def transaction_row_at(mm: Any, pos: int, phys: int) -> tuple[Any, ...] | None:
-    """:func:`transaction_row` straight from the bytes, decoding properties only of transaction-related records
+def transaction_rows_at(mm: Any, pos: int, phys: int) -> list[tuple[Any, ...]] | None:
+    """:func:`transaction_rows` straight from the bytes, decoding properties only of transaction-related records
     (the audit's hot loop); the same checks as :func:`txmq.protocol.record.decode_record`."""
     total, _magic, crc, queue_id, _flag, queue_offset, rec_phys, sys_flag, born_ts = _HEAD.unpack_from(mm, pos)
     end = pos + total
@@ -257,7 +254,7 @@ def transaction_row_at(mm: Any, pos: int, phys: int) -> tuple[Any, ...] | None:
         properties=props,
     )
     offset_msg_id = (mm[store_host_at:store_host_end] + _I64.pack(phys)).hex().upper()
-    return transaction_row(record, offset_msg_id)
+    return transaction_rows(record, offset_msg_id)
 
 
 def _int(text: str | None) -> int | None:
@@ -269,91 +266,96 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def transaction_row(record: MessageRecord, offset_msg_id: str | None = None) -> tuple[Any, ...] | None:
-    """The TX_SCHEMA row of a transaction-related record, or None for any other record."""
+def transaction_rows(record: MessageRecord, offset_msg_id: str | None = None) -> list[tuple[Any, ...]] | None:
+    """The TX_SCHEMA rows of a transaction-related record (an op marker has one per decision it holds), or None for
+    any other record."""
     topic = record.topic
     props = record.properties
     uniq = props.get(Prop.UNIQ_KEY)
     msg_id = offset_msg_id if offset_msg_id is not None else record.offset_msg_id
+    born, stored = record.born_timestamp, record.store_timestamp
     if topic == HALF_TOPIC:
-        return (
-            "HALF",
-            record.physical_offset,
-            record.physical_offset,
-            record.queue_offset,
-            props.get(Prop.PGROUP),
-            props.get(Prop.REAL_TOPIC),
-            _int(props.get(Prop.REAL_QID)),
-            None,
-            props.get(Prop.TRANSACTION_ID) or uniq,
-            uniq,
-            msg_id,
-            None,
-            None,
-            record.born_timestamp,
-            record.store_timestamp,
-        )
+        group, real_topic, real_qid = props.get(Prop.PGROUP), props.get(Prop.REAL_TOPIC), _int(props.get(Prop.REAL_QID))
+        tx_id = props.get(Prop.TRANSACTION_ID) or uniq
+        phys = record.physical_offset
+        return [
+            (
+                "HALF",
+                phys,
+                phys,
+                record.queue_offset,
+                group,
+                real_topic,
+                real_qid,
+                None,
+                tx_id,
+                uniq,
+                msg_id,
+                None,
+                None,
+                born,
+                stored,
+            )
+        ]
     if topic == OP_TOPIC:
         tag = props.get(Prop.TAGS)
         if tag != OP_TAG and tag != RESUME_TAG:
             return None
         try:
-            half_queue_offset = int(record.body.decode("ascii"))
-        except (UnicodeDecodeError, ValueError):
+            marked = parse_marker(record.body, props)
+        except ValueError:
             return None  # a malformed marker is ignored, as the broker does
-        return (
-            "OP" if tag == OP_TAG else "RESUME",
-            record.physical_offset,
-            _int(props.get(PROP_HALF_PHYS)),
-            half_queue_offset,
-            None,
-            None,
-            None,
-            record.queue_offset,
-            None,
-            props.get(Prop.KEYS) or uniq,  # txmq markers carry the transaction's UNIQ_KEY in KEYS, none of their own
-            msg_id,
-            props.get(PROP_DECISION, "UNKNOWN") if tag == OP_TAG else None,
-            None,
-            record.born_timestamp,
-            record.store_timestamp,
-        )
+        keys = (props.get(Prop.KEYS) or "").split(" ")
+        if len(keys) != len(marked):  # txmq markers list the transactions' UNIQ_KEYs in KEYS, in order
+            keys = [uniq] * len(marked)
+        kind = "OP" if tag == OP_TAG else "RESUME"
+        return [
+            (
+                kind,
+                record.physical_offset,
+                m.half_phys,
+                m.half_queue_offset,
+                None,
+                None,
+                None,
+                record.queue_offset,
+                None,
+                key or None,
+                msg_id,
+                m.decision if tag == OP_TAG else None,
+                None,
+                born,
+                stored,
+            )
+            for m, key in zip(marked, keys, strict=True)
+        ]
     if topic == DISCARD_TOPIC:
-        return (
-            "DISCARD_COPY",
-            record.physical_offset,
-            None,
-            None,
-            props.get(Prop.PGROUP),
-            props.get(Prop.REAL_TOPIC),
-            _int(props.get(Prop.REAL_QID)),
-            record.queue_offset,
-            props.get(Prop.TRANSACTION_ID) or uniq,
-            uniq,
-            msg_id,
-            None,
-            _int(props.get(Prop.TRANSACTION_CHECK_TIMES)),
-            record.born_timestamp,
-            record.store_timestamp,
-        )
+        group, real_topic, real_qid = props.get(Prop.PGROUP), props.get(Prop.REAL_TOPIC), _int(props.get(Prop.REAL_QID))
+        tx_id = props.get(Prop.TRANSACTION_ID) or uniq
+        checks = _int(props.get(Prop.TRANSACTION_CHECK_TIMES))
+        return [
+            (
+                "DISCARD_COPY",
+                record.physical_offset,
+                None,
+                None,
+                group,
+                real_topic,
+                real_qid,
+                record.queue_offset,
+                tx_id,
+                uniq,
+                msg_id,
+                None,
+                checks,
+                born,
+                stored,
+            )
+        ]
     if record.sys_flag & TX_MASK == TX_COMMIT_TYPE:
-        return (
-            "DELIVERY",
-            record.physical_offset,
-            record.prepared_transaction_offset,
-            None,
-            props.get(Prop.PGROUP),
-            topic,
-            record.queue_id,
-            record.queue_offset,
-            props.get(Prop.TRANSACTION_ID) or uniq,
-            uniq,
-            msg_id,
-            None,
-            None,
-            record.born_timestamp,
-            record.store_timestamp,
-        )
+        tx_id = props.get(Prop.TRANSACTION_ID) or uniq
+        row = ("DELIVERY", record.physical_offset, record.prepared_transaction_offset, None, props.get(Prop.PGROUP))
+        return [(*row, topic, record.queue_id, record.queue_offset, tx_id, uniq, msg_id, None, None, born, stored)]
     return None
 
 
@@ -429,7 +431,7 @@ class TxmqStoreReader(DataSourceReader):
             return iter(())
         if self.view == "transactions":
             schema = arrow_schema(TX_COLUMNS)
-            rows = scan(partition, transaction_row_at)
+            rows = (row for rows_of in scan(partition, transaction_rows_at) for row in rows_of)
         else:
             schema = arrow_schema(STORE_COLUMNS)
             topics = self.topics

@@ -6,16 +6,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from txmq.protocol.op_marker import OP_TAG, PROP_DECISION, PROP_HALF_PHYS, RESUME_TAG
 from txmq.protocol.record import MessageRecord, Prop, TransactionType, UniqKeyGenerator
-from txmq.spark.store_source import (
-    DISCARD_TOPIC,
-    HALF_TOPIC,
-    OP_TAG,
-    OP_TOPIC,
-    PROP_DECISION,
-    PROP_HALF_PHYS,
-    RESUME_TAG,
-)
+from txmq.spark.store_source import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC
 from txmq.store.config import FlushDiskType, StoreConfig
 from txmq.store.message_store import MessageStore
 

@@ -184,7 +184,8 @@ class _Request:
         self.single = single
         self.result: Any = None
         self.waiter: Any = None
-        self.link: int = -1  # byte position in the last entry that receives the previous entry's offset (hex)
+        # Byte positions in the last entry that receive the offsets (hex) of the entries before it, in order.
+        self.link: list[int] | None = None
 
 
 # The indexer takes what the writer queued every _INDEX_TICK seconds, or at once when _INDEX_WAKE_AT records wait.
@@ -198,8 +199,11 @@ _INDEX_BACKLOG_MAX = 20_000  # the writer indexes itself past this many waiting 
 _INDEX_FLUSH_RECORDS = 100_000
 
 
-def _link_position(entries: list[AppendEntry], prop: str) -> int:
-    """Where the 16 offset hex digits of the offsetMsgId in property ``prop`` of the last entry start."""
+def _link_positions(entries: list[AppendEntry], prop: str) -> list[int]:
+    """Where the 16 offset hex digits of each offsetMsgId placeholder in property ``prop`` of the last entry start.
+
+    The value is a comma-separated list; empty items are skipped, and there must be one placeholder per entry
+    before the last."""
     if len(entries) < 2:
         raise ValueError("a link needs a record before the linking one")
     buf = entries[-1][0]
@@ -207,13 +211,21 @@ def _link_position(entries: list[AppendEntry], prop: str) -> int:
     start = buf.rfind(name)
     if start < 0:
         raise ValueError(f"the last record has no property {prop}")
-    end = buf.find(b"\x02", start)
+    begin = start + len(name)
+    end = buf.find(b"\x02", begin)
     if end < 0:
         end = len(buf)
-    value = bytes(buf[start + len(name) : end])
-    if len(value) not in (32, 56):
-        raise ValueError(f"property {prop} is not an offsetMsgId placeholder: {value!r}")
-    return end - 16
+    positions = []
+    pos = begin
+    for item in bytes(buf[begin:end]).split(b","):
+        if item:
+            if len(item) not in (32, 56):
+                raise ValueError(f"property {prop} is not an offsetMsgId placeholder: {item!r}")
+            positions.append(pos + len(item) - 16)
+        pos += len(item) + 1
+    if len(positions) != len(entries) - 1:
+        raise ValueError(f"property {prop} has {len(positions)} placeholders for {len(entries) - 1} records before it")
+    return positions
 
 
 class _Task:
@@ -497,10 +509,11 @@ class MessageStore:
     ) -> asyncio.Future[list[PutResult]]:
         """Append records as one request: consecutive queue offsets per queue, all written or none accepted.
 
-        ``link`` names a property of the **last** record whose value is an offsetMsgId placeholder (IPv4 or IPv6
-        store host, any offset): the writer sets its offset part to the commit-log offset the record before it gets.
-        One append can so store a record together with a reference to another (a committed copy and its op
-        marker) without a second round through the writer.
+        ``link`` names a property of the **last** record whose value is a comma-separated list of offsetMsgId
+        placeholders (IPv4 or IPv6 store host, any offset), one per record before it (empty items are skipped): the
+        writer sets the offset part of the k-th placeholder to the commit-log offset the k-th record gets. One
+        append can so store records together with references to them (committed copies and their op marker)
+        without a second round through the writer.
         """
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[PutResult]] = loop.create_future()
@@ -510,7 +523,7 @@ class MessageStore:
             return fut
         req = _Request(entries, fut, loop, False)
         if link is not None:
-            req.link = _link_position(entries, link)
+            req.link = _link_positions(entries, link)
         self._submit(loop, req)
         return fut
 
@@ -734,8 +747,10 @@ class MessageStore:
                 results.append(result(ok, wpos, qo, now, size, host))
                 wpos += size
                 nbytes += size
-            if req.link >= 0:  # the last entry refers to the one before it (its buffer is not written yet)
-                req.entries[-1][0][req.link : req.link + 16] = b"%016X" % results[-2].physical_offset
+            if req.link is not None:  # the last entry refers to those before it (its buffer is not written yet)
+                last = req.entries[-1][0]
+                for k, at in enumerate(req.link):
+                    last[at : at + 16] = b"%016X" % results[k].physical_offset
             n = len(results)
             messages += n
             topic_puts[topic] = topic_puts.get(topic, 0) + n  # per request: a put_many has one topic in practice
