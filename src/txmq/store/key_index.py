@@ -12,7 +12,9 @@ file ``<root>/<20-digit sequence>`` (little-endian, 8-byte aligned regions) is:
 
 The key hash is crc32 (high half, also picks the slot) joined with adler32 (low half), so distinct keys meet only
 on a 64-bit collision. Everything can be rebuilt from the commit log, so after a crash the index drops whatever
-lies past its durable point and recovery re-dispatches it.
+lies past its durable point and recovery re-dispatches it. Segment files are sparse; disk blocks are reserved
+(fallocate) ahead of the entries written through the mapping, so a full disk fails an append with ENOSPC instead of
+killing the process with SIGBUS.
 """
 
 from __future__ import annotations
