@@ -475,3 +475,24 @@ async def test_a_refused_copy_does_not_fail_the_decisions_stored_with_it(
     assert [m.body for m in await pull_real(h, "TxTopic")] == [b"good-1", b"good-2"]
     assert list(h.svc.pending) == [preps[1].phys]
     assert len(h.messages(TRANS_OP_HALF_TOPIC)) == 2
+
+
+async def test_a_failing_append_settles_every_decision_of_its_turn(h: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = h.broker.store
+    real_put = store.put_many_future
+
+    def broken(records: list[Any], **kw: Any) -> Any:
+        raise RuntimeError("the test breaks the store")
+
+    p = await h.producer()
+    preps = [await p.prepare("TxTopic", body) for body in (b"a", b"b")]
+    monkeypatch.setattr(store, "put_many_future", broken)
+    outcomes = [h.svc.end_transaction(None, p.end_cmd(prep, COMMIT, oneway=False)) for prep in preps]
+    for outcome in outcomes:
+        with pytest.raises(RuntimeError, match="breaks the store"):
+            await outcome
+    await asyncio.sleep(0)  # the futures' done callbacks run
+    assert h.svc._inflight == {}  # nothing stays locked: the next decision about them goes through
+    monkeypatch.setattr(store, "put_many_future", real_put)
+    assert [(await p.end(prep, COMMIT)).code for prep in preps] == [ResponseCode.SUCCESS] * 2
+    assert [m.body for m in await pull_real(h, "TxTopic")] == [b"a", b"b"]

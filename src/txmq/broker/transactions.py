@@ -1284,6 +1284,15 @@ class TransactionService:
             self._store_batch(batch)
 
     def _store_batch(self, batch: list[_Decision]) -> None:
+        try:
+            self._append_batch(batch)
+        except Exception as exc:  # every outcome must settle, or its half message would stay locked in _inflight
+            log.exception("storing %d transaction decision(s) failed", len(batch))
+            for d in batch:
+                if not d.outcome.done():
+                    d.outcome.set_exception(exc)
+
+    def _append_batch(self, batch: list[_Decision]) -> None:
         store = self.broker.store
         assert store is not None
         placeholder = self._placeholder
@@ -1325,10 +1334,15 @@ class TransactionService:
         copy_results = iter(results)
         store_host = self.broker.store_host
         for d in batch:
-            if d.copy is not None:
-                copy_msg_id = encode_offset_msg_id(store_host, next(copy_results).physical_offset)
-                self._applied(d.phys, d.rec, COMMIT, d.by, copy_msg_id, d.msg_id, d.group)
-            d.outcome.set_result((ResponseCode.SUCCESS, None))
+            try:
+                if d.copy is not None:
+                    copy_msg_id = encode_offset_msg_id(store_host, next(copy_results).physical_offset)
+                    self._applied(d.phys, d.rec, COMMIT, d.by, copy_msg_id, d.msg_id, d.group)
+            except Exception as exc:
+                log.exception("recording the decision about half message %d failed", d.phys)
+                d.outcome.set_exception(exc)
+            else:
+                d.outcome.set_result((ResponseCode.SUCCESS, None))
 
     def _decision_on_disk(self, phys: int, half: MessageRecord) -> str | None:
         """The decision of a half message decided before the in-memory window (None when undecided)."""
