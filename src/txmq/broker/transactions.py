@@ -154,6 +154,7 @@ TX_TRANSITIONS: dict[TxState, frozenset[TxState]] = {
     TxState.ROLLED_BACK: frozenset(),
 }
 STATE_OF_DECISION = {COMMIT: TxState.COMMITTED, ROLLBACK: TxState.ROLLED_BACK, DISCARD: TxState.DISCARDED}
+DECISION_OF_STATE = {state: decision for decision, state in STATE_OF_DECISION.items()}
 RESOLVED = frozenset({TxState.COMMITTED, TxState.ROLLED_BACK})
 
 
@@ -1348,7 +1349,7 @@ class TransactionService:
         """The decision of a half message decided before the in-memory window (None when undecided)."""
         rec = self.records.get(phys)
         if rec is not None:
-            return {TxState.COMMITTED: COMMIT, TxState.ROLLED_BACK: ROLLBACK, TxState.DISCARDED: DISCARD}.get(rec.state)
+            return DECISION_OF_STATE.get(rec.state)  # None while PREPARED
         outcome = self._find_outcome(_Target(phys, half.queue_offset, half.properties.get(Prop.UNIQ_KEY)), None)
         return outcome.decision if outcome is not None else None
 
@@ -1417,10 +1418,10 @@ class TransactionService:
         """The op marker (tag ``d``) of one decision."""
         if rec is None:
             assert half is not None
-            target = (half.queue_offset, half.physical_offset, half.properties.get(Prop.UNIQ_KEY))
+            queue_offset, phys, uniq_key = half.queue_offset, half.physical_offset, half.properties.get(Prop.UNIQ_KEY)
         else:
-            target = (rec.queue_offset, rec.phys, rec.uniq_key)
-        return self._op_marker(*marker_fields([(target[0], target[1], decision, by, copy_msg_id, target[2])]))
+            queue_offset, phys, uniq_key = rec.queue_offset, rec.phys, rec.uniq_key
+        return self._op_marker(*marker_fields([(queue_offset, phys, decision, by, copy_msg_id, uniq_key)]))
 
     async def _write_op(self, record: MessageRecord) -> bool:
         """Store an op marker (from :meth:`_op_record`) on its own."""

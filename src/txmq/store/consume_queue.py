@@ -480,31 +480,25 @@ class ConsumeQueueStore:
 
     def _apply(self, plan: _Plan) -> None:
         q = plan.queue
-        dirty: set[_CqFile] = set()
-        new_dirs: set[Path] = set()
         try:
             with q.lock:
                 if plan.reset:
                     q.pending = bytearray()  # they belonged to the files reset() deletes
                     q.reset(plan.base)
                 elif plan.truncate:
-                    q.spill(dirty, new_dirs)
+                    self._spill(q)
                     q.truncate_to(plan.base)
                 # plan.base == q.max here: the entries are appended to the pending ones, which readers see as
                 # soon as max says so (a read reaching them writes them out first).
                 q.pending += b"".join(plan.entries)
                 q.max = plan.base + len(plan.entries)
                 if len(q.pending) >= _SPILL_BYTES:
-                    q.spill(dirty, new_dirs)
+                    self._spill(q)
         except OSError as exc:
             raise StoreError(f"consume queue {q.key[0]}:{q.key[1]}: write failed: {exc}") from exc
         finally:
-            with self._dirty_lock:
-                if dirty:
-                    self._dirty.update((q, f) for f in dirty)
-                if new_dirs:
-                    self._new_dirs |= new_dirs
-                if q.pending:
+            if q.pending:
+                with self._dirty_lock:
                     self._unspilled.add(q)
 
     def _spill(self, q: _Queue) -> None:
