@@ -96,6 +96,7 @@ from txmq.protocol.op_marker import (
     parse_marker,
 )
 from txmq.protocol.record import (
+    TRANSACTION_MASK,
     MessageRecord,
     Prop,
     TransactionType,
@@ -123,6 +124,9 @@ BY_OPERATOR = "operator"  # TXMQ_RESOLVE_TRANSACTION / TXMQ_RESUME_TRANSACTION
 BY_BROKER = "broker"  # DISCARD after transactionCheckMax checks or fileReservedTime
 BY_RECOVERY = "recovery"  # op marker re-written at start for a commit whose marker was lost in a crash
 _DECISIONS = {int(TransactionType.COMMIT): COMMIT, int(TransactionType.ROLLBACK): ROLLBACK}
+_DONE: tuple[int, None] = (ResponseCode.SUCCESS, None)
+_COMMIT_TYPE = int(TransactionType.COMMIT)
+_COUNTER_OF_DECISION = {COMMIT: "commits", ROLLBACK: "rollbacks", DISCARD: "discards"}
 _SCAN_CHUNK = 1024
 _TAIL_SCAN = 1024  # real-queue entries searched for a committed copy when the half message has no UNIQ_KEY
 _OP_SCAN_LIMIT = 200_000  # op-queue entries searched backwards for an old marker that the key index cannot find
@@ -199,7 +203,7 @@ class TransactionRecord:
     waiting_for_producer: bool = False
     queue_id: int = 0  # REAL_QID
     prepared_at: int = 0  # the half message's store time
-    half_msg_id: str = ""  # offsetMsgId of the half message
+    store_host: tuple[str, int] = ("127.0.0.1", 0)  # of the half message (its offsetMsgId is half_msg_id)
     transaction_id: str | None = None  # when it differs from the UNIQ_KEY
     state: TxState = TxState.PREPARED
     resolved_at: int = 0
@@ -210,6 +214,11 @@ class TransactionRecord:
     resumed_at: list[int] = field(default_factory=list)
     check_log: list[CheckAttempt] = field(default_factory=list)
     history_complete: bool = True  # False when rebuilt on demand after its check history was dropped
+
+    @property
+    def half_msg_id(self) -> str:
+        """The offsetMsgId of the half message (made when asked: most transactions are never shown)."""
+        return encode_offset_msg_id(self.store_host, self.phys)
 
     def move_to(self, new: TxState) -> None:
         self.state = next_state(self.state, new)
@@ -449,13 +458,16 @@ class TransactionService:
 
     def _remember(self, rec: TransactionRecord) -> None:
         """Hold ``rec`` in memory; resolved records are kept for the last ``history_max`` resolutions."""
-        self.records[rec.phys] = rec
+        phys = rec.phys
+        self.records[phys] = rec
         if rec.transaction_id and rec.transaction_id != rec.uniq_key:
-            self._alt_ids[rec.transaction_id] = rec.phys
+            self._alt_ids[rec.transaction_id] = phys
         if rec.state in RESOLVED:
             order = self._resolved_order
-            order[rec.phys] = None
-            order.move_to_end(rec.phys)
+            if phys in order:
+                order.move_to_end(phys)
+            else:
+                order[phys] = None
             while len(order) > self.history_max:
                 old, _ = order.popitem(last=False)
                 gone = self.records.pop(old, None)
@@ -723,16 +735,20 @@ class TransactionService:
 
     def _pending_from(self, record: MessageRecord) -> TransactionRecord | None:
         props = record.properties
-        group = props.get(Prop.PGROUP)
-        topic = props.get(Prop.REAL_TOPIC)
-        qid = props.get(Prop.REAL_QID, "")
-        if not group or not topic or not qid.lstrip("-").isdigit():
+        get = props.get
+        group = get(Prop.PGROUP)
+        topic = get(Prop.REAL_TOPIC)
+        if not group or not topic:
             return None
-        base = record.born_timestamp
-        if record.store_timestamp and base > record.store_timestamp:
-            base = record.store_timestamp  # a producer clock ahead of ours: do not postpone its checks
+        try:
+            queue_id = int(get(Prop.REAL_QID, ""))
+        except ValueError:
+            return None
+        born = record.born_timestamp
+        stored = record.store_timestamp
+        base = stored if stored and born > stored else born  # a producer clock ahead of ours: checks not postponed
         immunity = self.config.transaction_time_out
-        raw = props.get(Prop.CHECK_IMMUNITY_TIME_IN_SECONDS)
+        raw = get(Prop.CHECK_IMMUNITY_TIME_IN_SECONDS)
         if raw:
             try:
                 seconds = int(raw)
@@ -740,8 +756,8 @@ class TransactionService:
                 seconds = -1
             if seconds >= 0:
                 immunity = seconds * 1000
-        uniq_key = props.get(Prop.UNIQ_KEY)
-        transaction_id = props.get(Prop.TRANSACTION_ID)
+        uniq_key = get(Prop.UNIQ_KEY)
+        transaction_id = get(Prop.TRANSACTION_ID)
         return TransactionRecord(
             phys=record.physical_offset,
             size=record.store_size,
@@ -749,11 +765,11 @@ class TransactionService:
             group=group,
             topic=topic,
             uniq_key=uniq_key,
-            born_ms=record.born_timestamp,
+            born_ms=born,
             first_due_ms=base + immunity,
-            queue_id=int(qid),
-            prepared_at=record.store_timestamp or record.born_timestamp,
-            half_msg_id=encode_offset_msg_id(record.store_host, record.physical_offset),
+            queue_id=queue_id,
+            prepared_at=stored or born,
+            store_host=record.store_host,
             transaction_id=transaction_id if transaction_id and transaction_id != uniq_key else None,
         )
 
@@ -798,14 +814,18 @@ class TransactionService:
     ) -> None:
         """Move ``rec`` to the state of ``decision`` (already applied on disk), and count it."""
         now = self.clock.now_ms()
-        was_discarded = rec.state is TxState.DISCARDED
-        try:
-            rec.move_to(STATE_OF_DECISION[decision])
-        except IllegalTransactionTransition as exc:  # the decided map already refused anything illegal
-            log.error("transaction %s: %s", rec.uniq_key or rec.phys, exc)
+        old = rec.state
+        new = STATE_OF_DECISION[decision]
+        if new not in TX_TRANSITIONS[old]:  # the decided map already refused anything illegal
+            log.error(
+                "transaction %s: a %s transaction cannot become %s", rec.uniq_key or rec.phys, old.value, new.value
+            )
             return
-        self.discarded_now += (rec.state is TxState.DISCARDED) - was_discarded
+        rec.state = new
+        if old is TxState.DISCARDED:
+            self.discarded_now -= 1
         if decision == DISCARD:
+            self.discarded_now += 1
             rec.discarded_at = now
             rec.discarded_msg_id = copy_msg_id
         else:
@@ -815,7 +835,7 @@ class TransactionService:
                 rec.delivered_msg_id = copy_msg_id
         if count:
             c = self.counters
-            c.add({COMMIT: "commits", ROLLBACK: "rollbacks", DISCARD: "discards"}[decision])
+            c.values[_COUNTER_OF_DECISION[decision]] += 1
             if by == BY_OPERATOR:
                 c.add("operatorResolutions")
             if decision != DISCARD:
@@ -1065,7 +1085,8 @@ class TransactionService:
         record.topic = TRANS_HALF_TOPIC
         record.queue_id = 0
         record.sys_flag = with_transaction_type(record.sys_flag, TransactionType.NOT_TYPE)
-        if broker.topics.ensure(TRANS_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)[1]:
+        if TRANS_HALF_TOPIC not in broker.topics.topics:
+            broker.topics.ensure(TRANS_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)
             broker.topic_changed()
         assert broker.store is not None
         return broker.send_processor.answer_when_stored(
@@ -1079,7 +1100,7 @@ class TransactionService:
         record.store_timestamp = result.store_timestamp
         record.store_size = result.size
         entry = self._pending_from(record)
-        self.counters.add("halfMessages")
+        self.counters.values["halfMessages"] += 1
         recent = self._recent_halves
         recent[result.physical_offset] = record
         if len(recent) > _RECENT_HALVES:
@@ -1098,18 +1119,18 @@ class TransactionService:
     ) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
         """The decision is validated at once; only its store write is waited for (a future, no task, when no other
         decision about the same half message is in progress). Oneway requests, as real clients send them, get no
-        answer."""
-        outcome = self._end_transaction(conn, cmd)
+        answer: their decision is queued with nothing to wait for, and a failure to store it is logged."""
+        oneway = cmd.is_oneway
+        outcome = self._end_transaction(conn, cmd, oneway)
+        if outcome is None:
+            return None
         if isinstance(outcome, tuple):
-            return None if cmd.is_oneway else cmd.response(*outcome)
-        if cmd.is_oneway:
-            if isinstance(outcome, asyncio.Future):
-                outcome.add_done_callback(_log_failure)
-                return None
+            return None if oneway else cmd.response(*outcome)
+        if oneway:
             return _drop_answer(outcome)
         return _answer(cmd, outcome)
 
-    def _end_transaction(self, conn: Any, cmd: RemotingCommand) -> _Decided:
+    def _end_transaction(self, conn: Any, cmd: RemotingCommand, oneway: bool) -> _Decided | None:
         peer = getattr(conn, "peer", None)
         try:
             header = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
@@ -1131,31 +1152,41 @@ class TransactionService:
         if not self._ready:
             return ResponseCode.SYSTEM_BUSY, "[TXMQ] the transaction service is not running"
         phys = header.commitLogOffset
-
-        def decide() -> _Decided:
-            return self._decide(
+        by = BY_CHECK if header.fromTransactionCheck else BY_PRODUCER
+        if phys in self._inflight:
+            return self._serialised(
+                phys,
+                lambda: self._decide(
+                    phys,
+                    decision,
+                    group=header.producerGroup,
+                    queue_offset=header.tranStateTableOffset,
+                    msg_id=header.msgId,
+                    by=by,
+                    peer=peer,
+                    transaction_id=header.transactionId,
+                ),
+            )
+        # The common case: nothing else decides about this half message now. The queued decision releases it.
+        self._inflight[phys] = []
+        try:
+            outcome = self._decide(
                 phys,
                 decision,
                 group=header.producerGroup,
                 queue_offset=header.tranStateTableOffset,
                 msg_id=header.msgId,
-                by=BY_CHECK if header.fromTransactionCheck else BY_PRODUCER,
+                by=by,
                 peer=peer,
                 transaction_id=header.transactionId,
+                answer=not oneway,
+                release=True,
             )
-
-        if phys in self._inflight:
-            return self._serialised(phys, decide)
-        self._inflight[phys] = []
-        try:
-            outcome = decide()
         except BaseException:
             self._release(phys)
             raise
         if isinstance(outcome, tuple):
             self._release(phys)
-        else:
-            outcome.add_done_callback(lambda _done: self._release(phys))
         return outcome
 
     async def _serialised(self, phys: int, action: Callable[[], _Decided]) -> tuple[int, str | None]:
@@ -1188,9 +1219,12 @@ class TransactionService:
         by: str,
         peer: Any,
         transaction_id: str | None = None,
-    ) -> _Decided:
+        answer: bool = True,
+        release: bool = False,
+    ) -> _Decided | None:
         """Validate and apply a decision: (code, remark) when settled at once, else a future of it (the store
-        write). The first decision wins."""
+        write), or None when nobody waits for it (``answer=False``). ``release``: the stored decision ends this
+        half message's turn in ``_inflight``. The first decision wins."""
         store = self.broker.store
         assert store is not None
         half = self._recent_halves.get(phys)
@@ -1251,7 +1285,9 @@ class TransactionService:
             rec = self._pending_from(half)
         if rec is not None and transaction_id and transaction_id != rec.uniq_key:
             rec.transaction_id = transaction_id
-        outcome: asyncio.Future[tuple[int, str | None]] = asyncio.get_running_loop().create_future()
+        outcome: asyncio.Future[tuple[int, str | None]] | None = (
+            asyncio.get_running_loop().create_future() if answer else None
+        )
         copy: MessageRecord | None = None
         if decision == COMMIT:
             made = self._commit_copy(half)
@@ -1262,7 +1298,7 @@ class TransactionService:
             self._applied(phys, rec, decision, by, None, msg_id, group)
         uniq_key = rec.uniq_key if rec is not None else half.properties.get(Prop.UNIQ_KEY)
         self._queue_decision(
-            _Decision(phys, half.queue_offset, uniq_key, decision, by, copy, outcome, rec, msg_id, group)
+            _Decision(phys, half.queue_offset, uniq_key, decision, by, copy, outcome, release, rec, msg_id, group)
         )
         return outcome
 
@@ -1290,8 +1326,7 @@ class TransactionService:
         except Exception as exc:  # every outcome must settle, or its half message would stay locked in _inflight
             log.exception("storing %d transaction decision(s) failed", len(batch))
             for d in batch:
-                if not d.outcome.done():
-                    d.outcome.set_exception(exc)
+                self._settle_decision(d, exc)
 
     def _append_batch(self, batch: list[_Decision]) -> None:
         store = self.broker.store
@@ -1313,8 +1348,10 @@ class TransactionService:
 
     def _batch_stored(self, batch: list[_Decision], done: asyncio.Future[list[Any]]) -> None:
         if done.cancelled() or done.exception() is not None:
+            failure = asyncio.CancelledError() if done.cancelled() else done.exception()
+            assert failure is not None
             for d in batch:
-                _settle(d.outcome, done)
+                self._settle_decision(d, failure)
             return
         results = done.result()
         marked = results[-1]  # an append is stored whole or refused whole
@@ -1327,10 +1364,10 @@ class TransactionService:
             for d in batch:
                 if d.copy is not None:
                     log.error("committing half message at %d failed: %s", d.phys, marked)
-                    d.outcome.set_result((code, f"storing the committed message failed: {marked.status.value}"))
+                    self._settle_decision(d, (code, f"storing the committed message failed: {marked.status.value}"))
                 else:
                     self._marker_stored(marked, OP_TAG, d.decision, d.phys)
-                    d.outcome.set_result((ResponseCode.SUCCESS, None))
+                    self._settle_decision(d, _DONE)
             return
         copy_results = iter(results)
         store_host = self.broker.store_host
@@ -1341,9 +1378,27 @@ class TransactionService:
                     self._applied(d.phys, d.rec, COMMIT, d.by, copy_msg_id, d.msg_id, d.group)
             except Exception as exc:
                 log.exception("recording the decision about half message %d failed", d.phys)
-                d.outcome.set_exception(exc)
+                self._settle_decision(d, exc)
             else:
-                d.outcome.set_result((ResponseCode.SUCCESS, None))
+                self._settle_decision(d, _DONE)
+
+    def _settle_decision(self, d: _Decision, result: tuple[int, str | None] | BaseException) -> None:
+        """Tell whoever waits for ``d`` (a oneway END_TRANSACTION has nobody: a failure is logged), and end the
+        half message's turn when ``d`` holds it."""
+        outcome = d.outcome
+        if outcome is None:
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                log.error("a oneway END_TRANSACTION about half message %d failed", d.phys, exc_info=result)
+        elif outcome.done():
+            pass
+        elif isinstance(result, asyncio.CancelledError):
+            outcome.cancel()
+        elif isinstance(result, BaseException):
+            outcome.set_exception(result)
+        else:
+            outcome.set_result(result)
+        if d.release:
+            self._release(d.phys)
 
     def _decision_on_disk(self, phys: int, half: MessageRecord) -> str | None:
         """The decision of a half message decided before the in-memory window (None when undecided)."""
@@ -1372,22 +1427,24 @@ class TransactionService:
             log.warning("transaction %s of group %s: %s by an operator", msg_id, group, decision)
 
     def _commit_record(self, half: MessageRecord) -> MessageRecord:
-        props = dict(half.properties)
-        topic = props.pop(Prop.REAL_TOPIC)
-        queue_id = int(props.pop(Prop.REAL_QID))
-        props.pop(Prop.TRAN_MSG, None)
+        props = half.properties.copy()
+        pop = props.pop
+        topic = pop(Prop.REAL_TOPIC)
+        queue_id = int(pop(Prop.REAL_QID))
+        pop(Prop.TRAN_MSG, None)
         return MessageRecord(
             topic=topic,
             body=half.body,
             queue_id=queue_id,
             flag=half.flag,
-            sys_flag=with_transaction_type(half.sys_flag, TransactionType.COMMIT),
+            sys_flag=(half.sys_flag & ~TRANSACTION_MASK) | _COMMIT_TYPE,
             born_timestamp=half.born_timestamp,
             born_host=half.born_host,
             store_host=self.broker.store_host,
             reconsume_times=half.reconsume_times,
             prepared_transaction_offset=half.physical_offset,
             properties=props,
+            body_crc=half.body_crc,
         )
 
     def _commit_copy(self, half: MessageRecord) -> MessageRecord | tuple[int, str]:
@@ -1636,21 +1693,6 @@ class TransactionService:
 _Decided: TypeAlias = "tuple[int, str | None] | asyncio.Future[tuple[int, str | None]]"
 
 
-def _settle(outcome: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
-    """Pass a failed or cancelled store future on to ``outcome``."""
-    if done.cancelled():
-        outcome.cancel()
-    else:
-        exc = done.exception()
-        assert exc is not None
-        outcome.set_exception(exc)
-
-
-def _log_failure(outcome: asyncio.Future[Any]) -> None:
-    if not outcome.cancelled() and (exc := outcome.exception()) is not None:
-        log.error("a oneway END_TRANSACTION failed", exc_info=exc)
-
-
 async def _answer(cmd: RemotingCommand, outcome: Awaitable[tuple[int, str | None]]) -> RemotingCommand:
     code, remark = await outcome
     return cmd.response(code, remark)
@@ -1670,7 +1712,8 @@ class _Decision:
     decision: str
     by: str
     copy: MessageRecord | None  # the committed copy, or None for a ROLLBACK
-    outcome: asyncio.Future[tuple[int, str | None]]
+    outcome: asyncio.Future[tuple[int, str | None]] | None  # None: nobody waits (a oneway END_TRANSACTION)
+    release: bool  # settling it ends the half message's turn in _inflight
     rec: TransactionRecord | None
     msg_id: str
     group: str
