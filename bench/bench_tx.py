@@ -2,21 +2,24 @@
 
 1. Throughput through a real ``txmq dev`` process (SYNC flush, 1 KiB bodies, loopback): plain sync sends against
    transactional sends (half message, a no-op local transaction, END_TRANSACTION COMMIT) in the same run, at 1 and
-   64 in flight. The transactional phase ends only when every committed copy is stored in the real topic, so the
-   rate counts messages a consumer can see, not just prepares.
+   64 in flight. A transactional window ends only when every committed copy is stored in the real topic, so the
+   rate counts messages a consumer can see, not just prepares. Plain and transactional windows alternate
+   (``--rounds`` of each, ``--seconds`` long) and the medians are compared: on a shared VM one window can run 20 %
+   slow, which a single pair of windows would take for a difference between the two kinds.
 2. The cost of one check round: an in-process broker on a FakeClock with N in-doubt half messages (written straight
    into its store before start), a producer connection of the group, all N due. Wall time of the round that sends N
    checks, of the next round (nothing due), and of the start-up rebuild of the pending table.
 
 Not a test: it prints figures and ratios, and asserts no time.
 
-    .venv/bin/python bench/bench_tx.py [--seconds 5] [--inflight 1,64] [--pending 100,100000]
+    .venv/bin/python bench/bench_tx.py [--seconds 2] [--rounds 5] [--inflight 1,64] [--pending 100,100000]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import tempfile
 import time
@@ -85,6 +88,27 @@ async def throughput(namesrv: str, inflight: int, seconds: float, transactional:
     await producer.shutdown()
     await admin.shutdown()
     return {"msgs": sent, "rate": sent / elapsed}
+
+
+def compare(namesrv: str, inflight: int, seconds: float, rounds: int) -> tuple[float, float, list[float]]:
+    """Alternating plain and transactional windows: (median plain rate, median transactional rate, the ratios of
+    each round's pair, ascending)."""
+    run(throughput(namesrv, inflight, min(seconds, 1.0), False))  # warm up both kinds
+    run(throughput(namesrv, inflight, min(seconds, 1.0), True))
+    plain: list[float] = []
+    tx: list[float] = []
+    for i in range(rounds):
+        plain.append(run(throughput(namesrv, inflight, seconds, False))["rate"])
+        tx.append(run(throughput(namesrv, inflight, seconds, True))["rate"])
+        print(
+            f"in-flight {inflight:3d} round {i + 1}: plain {plain[-1]:7.0f} msg/s, transactional {tx[-1]:7.0f} msg/s, "
+            f"ratio {tx[-1] / plain[-1]:.2f}",
+            flush=True,
+        )
+    p, t = statistics.median(plain), statistics.median(tx)
+    paired = sorted(b / a for a, b in zip(plain, tx, strict=True))
+    print(f"in-flight {inflight:3d}: median plain {p:7.0f} msg/s, transactional {t:7.0f} msg/s, ratio {t / p:.2f}")
+    return p, t, paired
 
 
 async def check_round(root: Path, pending: int) -> dict[str, float]:
@@ -177,7 +201,8 @@ async def check_round(root: Path, pending: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of one window")
+    parser.add_argument("--rounds", type=int, default=5, help="windows of each kind, alternating")
     parser.add_argument("--inflight", default="1,64")
     parser.add_argument("--pending", default="100,100000")
     args = parser.parse_args()
@@ -187,14 +212,7 @@ def main() -> None:
             cluster = DevCluster(Path(tmp), {"flushDiskType": "SYNC_FLUSH"}).start()
             try:
                 for n in (int(x) for x in args.inflight.split(",")):
-                    plain = run(throughput(cluster.namesrv_addr, n, args.seconds, False))
-                    tx = run(throughput(cluster.namesrv_addr, n, args.seconds, True))
-                    rows.append((n, plain, tx))
-                    print(
-                        f"in-flight {n:3d}: plain {plain['rate']:7.0f} msg/s, transactional {tx['rate']:7.0f} msg/s, "
-                        f"ratio {tx['rate'] / plain['rate']:.2f}",
-                        flush=True,
-                    )
+                    rows.append((n, *compare(cluster.namesrv_addr, n, args.seconds, args.rounds)))
             finally:
                 cluster.stop()
     rounds = []
@@ -208,9 +226,12 @@ def main() -> None:
             flush=True,
         )
     if rows:
-        print("\n| in flight | plain sync msg/s | transactional msg/s | ratio |\n|---|---|---|---|")
-        for n, plain, tx in rows:
-            print(f"| {n} | {plain['rate']:.0f} | {tx['rate']:.0f} | {tx['rate'] / plain['rate']:.2f} |")
+        print(
+            "\n| in flight | plain sync msg/s (median) | transactional msg/s (median) | ratio of medians "
+            "| paired ratios, lowest-highest |\n|---|---|---|---|---|"
+        )
+        for n, plain, tx, paired in rows:
+            print(f"| {n} | {plain:.0f} | {tx:.0f} | {tx / plain:.2f} | {paired[0]:.2f}-{paired[-1]:.2f} |")
     if rounds:
         print(
             "\n| in doubt | rebuild at start ms | check round ms (all due) | checks received ms | round, none due ms |"

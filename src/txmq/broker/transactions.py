@@ -131,6 +131,7 @@ _SCAN_CHUNK = 1024
 _TAIL_SCAN = 1024  # real-queue entries searched for a committed copy when the half message has no UNIQ_KEY
 _OP_SCAN_LIMIT = 200_000  # op-queue entries searched backwards for an old marker that the key index cannot find
 _NO_GUARD = 2**63 - 1
+_HEAP_SLACK = 4096  # stale check-schedule entries allowed beyond twice the pending ones
 _MARKER_DECISIONS = 128  # decisions one op marker holds at most (its properties stay far below 32 KiB)
 _RECENT_HALVES = 8192  # decoded half messages kept for END_TRANSACTION (about 1.5 KiB each for 1 KiB bodies)
 JOURNAL_NAME = "transactionJournal.log"
@@ -400,7 +401,7 @@ class TransactionService:
         self.decided = DecisionWindow(_extra_int(broker.config, "transactionDecidedMax", DEFAULT_DECIDED_MAX))
         # Every transaction held in memory (pending, discarded, the last resolved ones), by half commit-log offset.
         self.records: dict[int, TransactionRecord] = {}
-        self._resolved_order: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self._resolved_order: collections.deque[int] = collections.deque()  # resolved records, oldest first
         self._alt_ids: dict[str, int] = {}  # transaction ids that differ from the UNIQ_KEY
         self.discarded_now = 0
         self.history_max = _extra_int(broker.config, "transactionHistoryMax", DEFAULT_HISTORY_MAX)
@@ -462,17 +463,16 @@ class TransactionService:
         self.records[phys] = rec
         if rec.transaction_id and rec.transaction_id != rec.uniq_key:
             self._alt_ids[rec.transaction_id] = phys
-        if rec.state in RESOLVED:
+        if rec.state in RESOLVED:  # terminal: a record enters the order once
             order = self._resolved_order
-            if phys in order:
-                order.move_to_end(phys)
-            else:
-                order[phys] = None
+            order.append(phys)
             while len(order) > self.history_max:
-                old, _ = order.popitem(last=False)
-                gone = self.records.pop(old, None)
-                if gone is not None and gone.transaction_id:
-                    self._alt_ids.pop(gone.transaction_id, None)
+                old = order.popleft()
+                gone = self.records.get(old)
+                if gone is not None and gone.state in RESOLVED:
+                    del self.records[old]
+                    if gone.transaction_id:
+                        self._alt_ids.pop(gone.transaction_id, None)
 
     def _journal(self, line: str) -> None:
         self._journal_buf.append(line)
@@ -802,8 +802,17 @@ class TransactionService:
     # -- pending table ---------------------------------------------------------------------------------------------
 
     def _add_pending(self, entry: TransactionRecord) -> None:
-        self.pending[entry.phys] = entry
-        heapq.heappush(self._heap, (entry.due_ms, next(self._seq), entry.phys))
+        pending = self.pending
+        pending[entry.phys] = entry
+        heap = self._heap
+        if len(heap) > 2 * len(pending) + _HEAP_SLACK:
+            # Decided transactions leave their entries behind (a heap cannot drop them); when they are most of it,
+            # rebuild it from the pending table, so it stays near the pending size and check rounds pop no backlog.
+            seq = self._seq
+            heap[:] = [(p.due_ms, next(seq), phys) for phys, p in pending.items()]
+            heapq.heapify(heap)
+        else:
+            heapq.heappush(heap, (entry.due_ms, next(self._seq), entry.phys))
 
     def _reschedule(self, entry: TransactionRecord, due_ms: int) -> None:
         entry.due_ms = due_ms
@@ -1204,9 +1213,11 @@ class TransactionService:
             self._release(phys)
 
     def _release(self, phys: int) -> None:
-        for turn in self._inflight.pop(phys, ()):
-            if not turn.done():
-                turn.set_result(None)
+        waiters = self._inflight.pop(phys, None)
+        if waiters:
+            for turn in waiters:
+                if not turn.done():
+                    turn.set_result(None)
 
     def _decide(
         self,
@@ -1387,7 +1398,9 @@ class TransactionService:
         half message's turn when ``d`` holds it."""
         outcome = d.outcome
         if outcome is None:
-            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            if result is _DONE:
+                pass
+            elif isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 log.error("a oneway END_TRANSACTION about half message %d failed", d.phys, exc_info=result)
         elif outcome.done():
             pass

@@ -23,6 +23,8 @@ from txmq.client.selection import RETRYABLE_SEND_CODES, QueueRoundRobin, QueueSe
 from txmq.errors import MQBrokerError, MQClientError, RemotingError, RequestTimeoutError
 from txmq.protocol.record import BatchEntry, Prop, SysFlag, UniqKeyGenerator, encode_batch, encode_properties
 
+_COMPRESSED = int(SysFlag.COMPRESSED)  # plain ints: an int | IntFlag goes through enum's slow __ror__
+_TRANSACTION_PREPARED = int(SysFlag.TRANSACTION_PREPARED)
 log = logging.getLogger("txmq.client")
 
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -396,11 +398,11 @@ class Producer:
                 packed = compress_body(body, self.compress_level)
                 if len(packed) < len(body):
                     body = packed
-                    sys_flag |= SysFlag.COMPRESSED
+                    sys_flag |= _COMPRESSED
             properties = encode_properties(msg.properties)
             if msg.properties.get(Prop.TRAN_MSG) == "true":
                 # A half message: brokers route it to the transaction half topic (Java sets this bit the same way).
-                sys_flag |= SysFlag.TRANSACTION_PREPARED
+                sys_flag |= _TRANSACTION_PREPARED
         ext = send_v2_ext(
             self.group,
             msg.topic,

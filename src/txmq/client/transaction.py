@@ -145,6 +145,7 @@ class TransactionProducer(Producer):
         self._check_slots: asyncio.Semaphore | None = None
         self._check_tasks: set[asyncio.Task[None]] = set()
         self._checks_waiting = 0
+        self._coroutine_fns: dict[Any, bool] = {}  # listener functions (unbound) -> async or not
         self.checks_answered = 0  # for observers and tests
 
     def set_listener(self, listener: TransactionListener) -> None:
@@ -291,7 +292,13 @@ class TransactionProducer(Producer):
         executor: concurrent.futures.Executor | None,
     ) -> tuple[LocalTransactionState, BaseException | None]:
         try:
-            if inspect.iscoroutinefunction(fn):
+            key = getattr(fn, "__func__", fn)  # a bound method is a new object per access; its function is not
+            is_async = self._coroutine_fns.get(key)
+            if is_async is None:
+                if len(self._coroutine_fns) >= 64:  # listeners that make a new callable per access
+                    self._coroutine_fns.clear()
+                is_async = self._coroutine_fns[key] = inspect.iscoroutinefunction(fn)
+            if is_async:
                 value = await fn(*args)
             else:
                 value = await asyncio.get_running_loop().run_in_executor(executor, lambda: fn(*args))

@@ -82,11 +82,16 @@ class Header:
         return cls(**values)
 
     def to_ext(self) -> dict[str, str]:
+        cls = type(self)
+        spec = cls.__dict__.get("_spec_cache")
+        if spec is None:
+            spec = cls._build_spec()
+            cls._spec_cache = spec  # type: ignore[attr-defined]
         out: dict[str, str] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
+        for name, wire_name, _parse, _required in spec:
+            value = getattr(self, name)
             if value is not None:
-                out[f.metadata.get("wire") or f.name] = _format(value)
+                out[wire_name] = value if type(value) is str else _format(value)
         return out
 
 
