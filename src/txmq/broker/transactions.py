@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import orjson
 
+from txmq.broker.send import SendError
 from txmq.broker.topics import (
     PERM_READ,
     PERM_WRITE,
@@ -198,14 +199,14 @@ class TransactionRecord:
     uniq_key: str | None
     born_ms: int
     first_due_ms: int
+    queue_id: int  # REAL_QID
+    prepared_at: int  # the half message's store time
+    store_host: tuple[str, int]  # of the half message (its offsetMsgId is half_msg_id)
+    transaction_id: str | None = None  # when it differs from the UNIQ_KEY
     checks: int = 0  # checks counted toward transactionCheckMax (since the last resume)
     last_check_ms: int = 0
     due_ms: int = 0
     waiting_for_producer: bool = False
-    queue_id: int = 0  # REAL_QID
-    prepared_at: int = 0  # the half message's store time
-    store_host: tuple[str, int] = ("127.0.0.1", 0)  # of the half message (its offsetMsgId is half_msg_id)
-    transaction_id: str | None = None  # when it differs from the UNIQ_KEY
     state: TxState = TxState.PREPARED
     resolved_at: int = 0
     resolved_by: str | None = None
@@ -758,19 +759,19 @@ class TransactionService:
                 immunity = seconds * 1000
         uniq_key = get(Prop.UNIQ_KEY)
         transaction_id = get(Prop.TRANSACTION_ID)
-        return TransactionRecord(
-            phys=record.physical_offset,
-            size=record.store_size,
-            queue_offset=record.queue_offset,
-            group=group,
-            topic=topic,
-            uniq_key=uniq_key,
-            born_ms=born,
-            first_due_ms=base + immunity,
-            queue_id=queue_id,
-            prepared_at=stored or born,
-            store_host=record.store_host,
-            transaction_id=transaction_id if transaction_id and transaction_id != uniq_key else None,
+        return TransactionRecord(  # positional: one per half message, and keywords cost a third more
+            record.physical_offset,
+            record.store_size,
+            record.queue_offset,
+            group,
+            topic,
+            uniq_key,
+            born,
+            base + immunity,  # first_due_ms
+            queue_id,
+            stored or born,  # prepared_at
+            record.store_host,
+            transaction_id if transaction_id and transaction_id != uniq_key else None,
         )
 
     def _find_committed_copy(self, entry: TransactionRecord) -> int | None:
@@ -1182,14 +1183,14 @@ class TransactionService:
             outcome = self._decide(
                 phys,
                 decision,
-                group=header.producerGroup,
-                queue_offset=header.tranStateTableOffset,
-                msg_id=header.msgId,
-                by=by,
-                peer=peer,
-                transaction_id=header.transactionId,
-                answer=not oneway,
-                release=True,
+                header.producerGroup,
+                header.tranStateTableOffset,
+                header.msgId,
+                by,
+                peer,
+                header.transactionId,
+                not oneway,  # answer
+                True,  # release
             )
         except BaseException:
             self._release(phys)
@@ -1223,7 +1224,6 @@ class TransactionService:
         self,
         phys: int,
         decision: str,
-        *,
         group: str,
         queue_offset: int,
         msg_id: str,
@@ -1462,8 +1462,6 @@ class TransactionService:
 
     def _commit_copy(self, half: MessageRecord) -> MessageRecord | tuple[int, str]:
         """The committed copy to store (redirected to the schedule topic when delayed), or (error code, remark)."""
-        from txmq.broker.send import SendError
-
         try:
             record = self._commit_record(half)
         except (KeyError, ValueError) as exc:
