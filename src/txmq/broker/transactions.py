@@ -151,6 +151,10 @@ class TxState(enum.Enum):
     ROLLED_BACK = "ROLLED_BACK"
     DISCARDED = "DISCARDED"  # transactionCheckMax reached: copied to TRANS_CHECK_MAX_TIME_TOPIC, not checked
 
+    # Members are singletons compared by identity: hash them by identity too, in C. Enum's own __hash__ is Python
+    # code, run on every set or dict lookup of a state (several per transaction).
+    __hash__ = object.__hash__
+
 
 # Allowed transitions. DISCARDED is not a decision: a late COMMIT/ROLLBACK still applies, and a resume re-opens it.
 TX_TRANSITIONS: dict[TxState, frozenset[TxState]] = {
