@@ -477,7 +477,10 @@ async def test_a_refused_copy_does_not_fail_the_decisions_stored_with_it(
     assert len(h.messages(TRANS_OP_HALF_TOPIC)) == 2
 
 
-async def test_a_failing_append_settles_every_decision_of_its_turn(h: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("oneway", [False, True], ids=["request", "oneway"])
+async def test_a_failing_append_settles_every_decision_of_its_turn(
+    h: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, oneway: bool
+) -> None:
     store = h.broker.store
     real_put = store.put_many_future
 
@@ -487,12 +490,37 @@ async def test_a_failing_append_settles_every_decision_of_its_turn(h: Any, monke
     p = await h.producer()
     preps = [await p.prepare("TxTopic", body) for body in (b"a", b"b")]
     monkeypatch.setattr(store, "put_many_future", broken)
-    outcomes = [h.svc.end_transaction(None, p.end_cmd(prep, COMMIT, oneway=False)) for prep in preps]
-    for outcome in outcomes:
-        with pytest.raises(RuntimeError, match="breaks the store"):
-            await outcome
+    outcomes = [h.svc.end_transaction(None, p.end_cmd(prep, COMMIT, oneway=oneway)) for prep in preps]
+    if oneway:
+        # Nobody waits for a oneway decision: the failure is logged, per half message, when the turn's batch fails.
+        assert outcomes == [None, None]
+        await eventually(lambda: h.svc._decisions == [], "the turn's decisions are handed over")
+        failed = [r for r in caplog.records if "a oneway END_TRANSACTION about half message" in r.getMessage()]
+        assert sorted(r.getMessage().split()[-2] for r in failed) == sorted(str(prep.phys) for prep in preps)
+    else:
+        for outcome in outcomes:
+            with pytest.raises(RuntimeError, match="breaks the store"):
+                await outcome
     await asyncio.sleep(0)  # the futures' done callbacks run
     assert h.svc._inflight == {}  # nothing stays locked: the next decision about them goes through
+    assert len(h.svc.pending) == 2  # and nothing was decided
     monkeypatch.setattr(store, "put_many_future", real_put)
     assert [(await p.end(prep, COMMIT)).code for prep in preps] == [ResponseCode.SUCCESS] * 2
     assert [m.body for m in await pull_real(h, "TxTopic")] == [b"a", b"b"]
+
+
+async def test_the_check_schedule_stays_near_the_pending_size(h: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A decided transaction leaves its entry in the check schedule (a heap); once such entries are most of it, the
+    # schedule is rebuilt from the pending table, and the transactions still in doubt keep their due times.
+    monkeypatch.setattr("txmq.broker.transactions._HEAP_SLACK", 4)
+    p = await h.producer()
+    doubt = await p.prepare("TxTopic", b"doubt")
+    for i in range(40):
+        prep = await p.prepare("TxTopic", b"quick-%d" % i)
+        assert (await p.end(prep, COMMIT)).code == ResponseCode.SUCCESS
+        assert len(h.svc._heap) <= 2 * 2 + 4 + 1  # at most two pending here; without the rebuild it reaches 41
+    assert list(h.svc.pending) == [doubt.phys]
+    await h.tick(7)  # past transactionTimeOut: the one in doubt is checked, once
+    assert len(p.checks) == 1
+    hdr = p.checks[0].ext_fields
+    assert int(hdr["commitLogOffset"]) == doubt.phys
