@@ -524,3 +524,19 @@ async def test_the_check_schedule_stays_near_the_pending_size(h: Any, monkeypatc
     assert len(p.checks) == 1
     hdr = p.checks[0].ext_fields
     assert int(hdr["commitLogOffset"]) == doubt.phys
+
+
+async def test_half_messages_kept_for_end_transaction_are_bounded_in_bytes(
+    h: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # END_TRANSACTION finds a recent half message in memory; what memory holds is bounded in count and in body bytes
+    # (4 MiB bodies are allowed), and an older half message is read back from the store.
+    monkeypatch.setattr("txmq.broker.transactions._RECENT_HALF_BYTES", 2500)
+    p = await h.producer()
+    preps = [await p.prepare("TxTopic", bytes([65 + i]) * 1000) for i in range(5)]
+    assert list(h.svc._recent_halves) == [preps[3].phys, preps[4].phys]
+    assert h.svc._recent_bytes == 2000
+    for prep in preps:
+        assert (await p.end(prep, COMMIT)).code == ResponseCode.SUCCESS
+    assert [m.body[:1] for m in await pull_real(h, "TxTopic")] == [b"A", b"B", b"C", b"D", b"E"]
+    assert h.svc._recent_halves == {} and h.svc._recent_bytes == 0

@@ -134,7 +134,10 @@ _OP_SCAN_LIMIT = 200_000  # op-queue entries searched backwards for an old marke
 _NO_GUARD = 2**63 - 1
 _HEAP_SLACK = 4096  # stale check-schedule entries allowed beyond twice the pending ones
 _MARKER_DECISIONS = 128  # decisions one op marker holds at most (its properties stay far below 32 KiB)
-_RECENT_HALVES = 8192  # decoded half messages kept for END_TRANSACTION (about 1.5 KiB each for 1 KiB bodies)
+# Half messages kept as stored, so END_TRANSACTION need not read them back: at most this many, holding at most this
+# many bytes of bodies (a 4 MiB body is allowed; 8192 of them must not be). Older ones are read from the store.
+_RECENT_HALVES = 8192
+_RECENT_HALF_BYTES = 64 << 20
 JOURNAL_NAME = "transactionJournal.log"
 LEGACY_CHECKS_NAME = "transactionChecks.json"
 DEFAULT_HISTORY_MAX = 10_000
@@ -402,6 +405,7 @@ class TransactionService:
         self._inflight: dict[int, list[asyncio.Future[None]]] = {}  # half phys -> waiters for its decision
         # Half messages just prepared, as stored, so END_TRANSACTION need not read and decode them back (bounded).
         self._recent_halves: dict[int, MessageRecord] = {}
+        self._recent_bytes = 0  # body bytes held in _recent_halves
         self._placeholder: str | None = None  # offsetMsgId of offset 0 on this broker (see _store_batch)
         self._decisions: list[_Decision] = []  # decided in this event-loop turn, not yet handed to the store
         config_dir = Path(broker.config.store_path_root_dir) / "config"
@@ -1103,8 +1107,10 @@ class TransactionService:
         self.counters.values["halfMessages"] += 1
         recent = self._recent_halves
         recent[result.physical_offset] = record
-        if len(recent) > _RECENT_HALVES:
-            del recent[next(iter(recent))]
+        self._recent_bytes += len(record.body)
+        if len(recent) > _RECENT_HALVES or self._recent_bytes > _RECENT_HALF_BYTES:
+            while recent and (len(recent) > _RECENT_HALVES or self._recent_bytes > _RECENT_HALF_BYTES):
+                self._recent_bytes -= len(recent.pop(next(iter(recent))).body)
         if entry is not None:
             entry.due_ms = entry.first_due_ms
             self._add_pending(entry)
@@ -1423,7 +1429,9 @@ class TransactionService:
     ) -> None:
         self.decided[phys] = decision
         self.pending.pop(phys, None)
-        self._recent_halves.pop(phys, None)
+        half = self._recent_halves.pop(phys, None)
+        if half is not None:
+            self._recent_bytes -= len(half.body)
         if rec is not None:
             self._resolve_record(rec, decision, by, copy_msg_id)
         if by == BY_OPERATOR:
