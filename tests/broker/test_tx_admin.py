@@ -531,12 +531,39 @@ async def test_half_messages_kept_for_end_transaction_are_bounded_in_bytes(
 ) -> None:
     # END_TRANSACTION finds a recent half message in memory; what memory holds is bounded in count and in body bytes
     # (4 MiB bodies are allowed), and an older half message is read back from the store.
-    monkeypatch.setattr("txmq.broker.transactions._RECENT_HALF_BYTES", 2500)
+    monkeypatch.setattr("txmq.broker.transactions._FRESH_MAX_BYTES", 2500)
     p = await h.producer()
     preps = [await p.prepare("TxTopic", bytes([65 + i]) * 1000) for i in range(5)]
-    assert list(h.svc._recent_halves) == [preps[3].phys, preps[4].phys]
-    assert h.svc._recent_bytes == 2000
+    assert list(h.svc._fresh) == [preps[3].phys, preps[4].phys]
+    assert h.svc._fresh_bytes == 2000
     for prep in preps:
         assert (await p.end(prep, COMMIT)).code == ResponseCode.SUCCESS
     assert [m.body[:1] for m in await pull_real(h, "TxTopic")] == [b"A", b"B", b"C", b"D", b"E"]
-    assert h.svc._recent_halves == {} and h.svc._recent_bytes == 0
+    assert h.svc._fresh == {} and h.svc._fresh_bytes == 0
+
+
+async def test_a_transaction_decided_at_once_gets_no_record_until_shown(h: Harness) -> None:
+    # The usual transaction is decided milliseconds after its prepare: the broker builds no record for it, keeps a
+    # compact history entry, and rebuilds the record from the half message when it is shown, with nothing missing.
+    p = await h.producer()
+    quick = await p.prepare("TxTopic", b"quick")
+    slow = await p.prepare("TxTopic", b"slow")
+    assert h.svc.records == {} and list(h.svc._fresh) == [quick.phys, slow.phys]
+    assert h.svc.counter_values()["inDoubt"] == 2
+    assert h.svc.retention_guard() == quick.phys
+    assert (await p.end(quick, COMMIT)).code == ResponseCode.SUCCESS
+    assert h.svc.records == {} and list(h.svc._fresh) == [slow.phys]
+    counters = h.svc.counter_values()
+    assert counters["commits"] == 1 and counters["resolutionSamples"] == 1 and counters["inDoubt"] == 1
+    # Still undecided at the first round a second later: it gets its record, and is checked on schedule.
+    await h.tick(1)
+    assert list(h.svc._pending) == [slow.phys] and h.svc._fresh == {} and list(h.svc.records) == [slow.phys]
+    t = await show(h, quick.uniq)
+    [delivered] = await pull_real(h, "TxTopic")
+    assert t["state"] == "COMMITTED" and t["resolvedBy"] == "producer" and t["producerGroup"] == "PG"
+    assert t["deliveredMsgId"] == encode_offset_msg_id(delivered.store_host, delivered.physical_offset)
+    assert t["historyComplete"] is True and t["checkLog"] == []
+    await h.tick(6)
+    assert len(p.checks) == 1
+    assert (await answer_check(p, slow, ROLLBACK)).code == ResponseCode.SUCCESS
+    assert (await show(h, slow.uniq))["checkLog"][0]["answer"] == "ROLLBACK"

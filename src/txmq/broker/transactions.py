@@ -134,10 +134,12 @@ _OP_SCAN_LIMIT = 200_000  # op-queue entries searched backwards for an old marke
 _NO_GUARD = 2**63 - 1
 _HEAP_SLACK = 4096  # stale check-schedule entries allowed beyond twice the pending ones
 _MARKER_DECISIONS = 128  # decisions one op marker holds at most (its properties stay far below 32 KiB)
-# Half messages kept as stored, so END_TRANSACTION need not read them back: at most this many, holding at most this
-# many bytes of bodies (a 4 MiB body is allowed; 8192 of them must not be). Older ones are read from the store.
-_RECENT_HALVES = 8192
-_RECENT_HALF_BYTES = 64 << 20
+# Fresh half messages (prepared, no record built yet) are kept as stored, so END_TRANSACTION need not read them back:
+# at most this many, holding at most this many bytes of bodies (a 4 MiB body is allowed; 8192 of them must not be).
+# Past either bound, and once one is older than _FRESH_MS, the oldest get their record (and leave their body).
+_FRESH_MAX = 8192
+_FRESH_MAX_BYTES = 64 << 20
+_FRESH_MS = 1_000
 JOURNAL_NAME = "transactionJournal.log"
 LEGACY_CHECKS_NAME = "transactionChecks.json"
 DEFAULT_HISTORY_MAX = 10_000
@@ -391,7 +393,9 @@ class TransactionService:
         self.broker = broker
         self.config = broker.config
         self.clock = broker.clock
-        self.pending: dict[int, TransactionRecord] = {}
+        # In-doubt transactions with a record (checked on schedule, listed, shown). A half message just prepared has
+        # none yet: it waits in _fresh, and most are decided within milliseconds, so their record is never built.
+        self._pending: dict[int, TransactionRecord] = {}
         self.decided = DecisionWindow(_extra_int(broker.config, "transactionDecidedMax", DEFAULT_DECIDED_MAX))
         # Every transaction held in memory (pending, discarded, the last resolved ones), by half commit-log offset.
         self.records: dict[int, TransactionRecord] = {}
@@ -404,8 +408,12 @@ class TransactionService:
         self._seq = itertools.count()
         self._inflight: dict[int, list[asyncio.Future[None]]] = {}  # half phys -> waiters for its decision
         # Half messages just prepared, as stored, so END_TRANSACTION need not read and decode them back (bounded).
-        self._recent_halves: dict[int, MessageRecord] = {}
-        self._recent_bytes = 0  # body bytes held in _recent_halves
+        # The transactions they open are in doubt, and get a record once anything looks at them (see pending).
+        self._fresh: dict[int, MessageRecord] = {}  # prepared, no record yet, as stored (oldest first)
+        self._fresh_bytes = 0  # body bytes held in _fresh
+        # Resolutions of fresh half messages, by half offset: (decision, by, resolved at, copy offsetMsgId). They take
+        # the place of a record in the history window; a record is rebuilt from the half message when asked for.
+        self._light: dict[int, tuple[str, str, int, str | None]] = {}
         self._placeholder: str | None = None  # offsetMsgId of offset 0 on this broker (see _store_batch)
         self._decisions: list[_Decision] = []  # decided in this event-loop turn, not yet handed to the store
         config_dir = Path(broker.config.store_path_root_dir) / "config"
@@ -440,7 +448,13 @@ class TransactionService:
 
     def retention_guard(self) -> int:
         """The lowest half commit-log offset still pending (retention keeps its segment)."""
-        return min(list(self.pending), default=_NO_GUARD)
+        return min(min(self._pending, default=_NO_GUARD), min(self._fresh, default=_NO_GUARD))
+
+    @property
+    def pending(self) -> dict[int, TransactionRecord]:
+        """The pending table: every in-doubt transaction, by half commit-log offset (fresh ones get their record)."""
+        self._materialize_all()
+        return self._pending
 
     def pending_transactions(self) -> list[dict[str, Any]]:
         now = self.clock.now_ms()
@@ -448,7 +462,46 @@ class TransactionService:
 
     def counter_values(self) -> dict[str, int]:
         """The ``tx.*`` counters (GET_BROKER_RUNTIME_INFO and TXMQ_TRANSACTION_COUNTERS)."""
-        return self.counters.snapshot(len(self.pending), self.discarded_now)
+        return self.counters.snapshot(len(self._pending) + len(self._fresh), self.discarded_now)
+
+    # -- fresh half messages -----------------------------------------------------------------------------------------
+
+    def _add_fresh(self, record: MessageRecord) -> None:
+        phys = record.physical_offset
+        fresh = self._fresh
+        fresh[phys] = record
+        self._fresh_bytes += len(record.body)
+        if len(fresh) > _FRESH_MAX or self._fresh_bytes > _FRESH_MAX_BYTES:
+            while fresh and (len(fresh) > _FRESH_MAX or self._fresh_bytes > _FRESH_MAX_BYTES):
+                self._materialize(next(iter(fresh)))
+
+    def _materialize(self, phys: int) -> TransactionRecord | None:
+        """Build the record of the fresh half message at ``phys``: it enters the pending table and the check
+        schedule, and its body leaves memory."""
+        half = self._fresh.pop(phys)
+        self._fresh_bytes -= len(half.body)
+        rec = self._pending_from(half)
+        if rec is None:
+            log.warning("half message at %d has no producer group; it cannot be checked", phys)
+            return None
+        rec.due_ms = rec.first_due_ms
+        self._add_pending(rec)
+        self._remember(rec)
+        return rec
+
+    def _materialize_all(self) -> None:
+        for phys in list(self._fresh):
+            self._materialize(phys)
+
+    def _materialize_older(self, now: int) -> None:
+        """Records for the fresh half messages stored before ``now - _FRESH_MS`` (the oldest come first)."""
+        fresh = self._fresh
+        cutoff = now - _FRESH_MS
+        while fresh:
+            phys = next(iter(fresh))
+            if fresh[phys].store_timestamp > cutoff:
+                break
+            self._materialize(phys)
 
     # -- history ---------------------------------------------------------------------------------------------------
 
@@ -461,13 +514,19 @@ class TransactionService:
         if rec.state in RESOLVED:  # terminal: a record enters the order once
             order = self._resolved_order
             order.append(phys)
-            while len(order) > self.history_max:
-                old = order.popleft()
-                gone = self.records.get(old)
-                if gone is not None and gone.state in RESOLVED:
-                    del self.records[old]
-                    if gone.transaction_id:
-                        self._alt_ids.pop(gone.transaction_id, None)
+            self._trim_history()
+
+    def _trim_history(self) -> None:
+        order = self._resolved_order
+        while len(order) > self.history_max:
+            old = order.popleft()
+            if self._light.pop(old, None) is not None:
+                continue
+            gone = self.records.get(old)
+            if gone is not None and gone.state in RESOLVED:
+                del self.records[old]
+                if gone.transaction_id:
+                    self._alt_ids.pop(gone.transaction_id, None)
 
     def _journal(self, line: str) -> None:
         self._journal_buf.append(line)
@@ -565,7 +624,10 @@ class TransactionService:
         then repair half-done commits."""
         journal = await asyncio.to_thread(self._load_journal)
         records, decided = await asyncio.to_thread(self._scan)
-        self.pending.clear()
+        self._pending.clear()
+        self._fresh.clear()
+        self._fresh_bytes = 0
+        self._light.clear()
         self.records.clear()
         self._resolved_order.clear()
         self._alt_ids.clear()
@@ -584,14 +646,14 @@ class TransactionService:
                 self._add_pending(rec)
             self._remember(rec)
         repaired = 0
-        for entry in list(self.pending.values()):
+        for entry in list(self._pending.values()):
             try:
                 copy_phys = self._find_committed_copy(entry)
                 if copy_phys is not None:
                     copy_id = encode_offset_msg_id(self.broker.store_host, copy_phys)
                     await self._write_op(self._op_record(entry, COMMIT, BY_RECOVERY, copy_id))
                     self.decided[entry.phys] = COMMIT
-                    self.pending.pop(entry.phys, None)
+                    self._pending.pop(entry.phys, None)
                     self._resolve_record(entry, COMMIT, BY_RECOVERY, copy_id, count=False)
                     repaired += 1
             except Exception:
@@ -601,7 +663,7 @@ class TransactionService:
         await self._compact_journal()
         log.info(
             "transactions: %d pending, %d decided, %d in history",
-            len(self.pending),
+            len(self._pending),
             len(self.decided),
             len(self.records),
         )
@@ -797,7 +859,7 @@ class TransactionService:
     # -- pending table ---------------------------------------------------------------------------------------------
 
     def _add_pending(self, entry: TransactionRecord) -> None:
-        pending = self.pending
+        pending = self._pending
         pending[entry.phys] = entry
         heap = self._heap
         if len(heap) > 2 * len(pending) + _HEAP_SLACK:
@@ -867,6 +929,7 @@ class TransactionService:
         ident = ident.strip()
         if not ident:
             return None
+        self._materialize_all()
         phys = self._alt_ids.get(ident)
         if phys is not None and phys in self.records:
             return self.records[phys]
@@ -920,6 +983,13 @@ class TransactionService:
         rec = self.records.get(half_phys)
         if rec is not None:
             return rec
+        light = self._light.get(half_phys)
+        if light is not None:  # decided while fresh: no check was ever sent, so its history is complete
+            rec = self._read_record(half_phys, None)
+            if rec is not None:
+                decision, by, at, copy_msg_id = light
+                self._apply_history(rec, _Outcome(decision, at, by, copy_msg_id), None, None)
+                return rec
         decision = self.decided.get(half_phys)
         if decision is None and half_phys > self.decided.evicted_max:
             return None  # not a transaction this broker tracks (a malformed half message)
@@ -983,6 +1053,7 @@ class TransactionService:
         limit: int = 100,
     ) -> tuple[int, list[TransactionRecord]]:
         """(how many match, the oldest ``limit`` of them) among pending and discarded transactions."""
+        self._materialize_all()
         now = self.clock.now_ms()
         matched = [
             r
@@ -1071,11 +1142,12 @@ class TransactionService:
         if not self._ready:
             return cmd.response(ResponseCode.SYSTEM_BUSY, "[TXMQ] the transaction service is not running")
         limit = self.config.max_pending_transactions
-        if len(self.pending) >= limit:
+        in_doubt = len(self._pending) + len(self._fresh)
+        if in_doubt >= limit:
             return cmd.response(
                 ResponseCode.SYSTEM_BUSY,
                 f"[TXMQ] too many in-doubt transactions on broker {self.config.broker_name}: "
-                f"{len(self.pending)} pending, limit maxPendingTransactions={limit}; "
+                f"{in_doubt} pending, limit maxPendingTransactions={limit}; "
                 "commit or roll back pending transactions, or retry later",
             )
         props = record.properties
@@ -1098,25 +1170,14 @@ class TransactionService:
         )
 
     def _prepared(self, record: MessageRecord, result: Any) -> None:
-        """A half message is stored: it enters the pending table."""
+        """A half message is stored: it is in doubt, fresh (its record is built if it is still undecided a second
+        later, or when anyone looks at the pending table)."""
         record.physical_offset = result.physical_offset
         record.queue_offset = result.queue_offset
         record.store_timestamp = result.store_timestamp
         record.store_size = result.size
-        entry = self._pending_from(record)
         self.counters.values["halfMessages"] += 1
-        recent = self._recent_halves
-        recent[result.physical_offset] = record
-        self._recent_bytes += len(record.body)
-        if len(recent) > _RECENT_HALVES or self._recent_bytes > _RECENT_HALF_BYTES:
-            while recent and (len(recent) > _RECENT_HALVES or self._recent_bytes > _RECENT_HALF_BYTES):
-                self._recent_bytes -= len(recent.pop(next(iter(recent))).body)
-        if entry is not None:
-            entry.due_ms = entry.first_due_ms
-            self._add_pending(entry)
-            self._remember(entry)
-        else:
-            log.warning("half message at %d has no producer group; it cannot be checked", result.physical_offset)
+        self._add_fresh(record)
 
     # -- END_TRANSACTION -------------------------------------------------------------------------------------------
 
@@ -1232,10 +1293,11 @@ class TransactionService:
         """Validate and apply a decision: (code, remark) when settled at once, else a future of it (the store
         write), or None when nobody waits for it (``answer=False``). ``release``: the stored decision ends this
         half message's turn in ``_inflight``. The first decision wins."""
-        store = self.broker.store
-        assert store is not None
-        half = self._recent_halves.get(phys)
+        half = self._fresh.get(phys)
+        fresh = half is not None
         if half is None:
+            store = self.broker.store
+            assert store is not None
             try:
                 half = store.read_message(phys)
             except Exception as exc:
@@ -1262,7 +1324,7 @@ class TransactionService:
             )
             return ResponseCode.SYSTEM_ERROR, problem
         earlier = self.decided.get(phys)
-        if earlier is None and phys <= self.decided.evicted_max and phys not in self.pending:
+        if earlier is None and phys <= self.decided.evicted_max and phys not in self._pending and not fresh:
             earlier = self._decision_on_disk(phys, half)
         if earlier is not None and earlier != DISCARD and by == BY_OPERATOR:
             self.counters.add("refusedDecisions")
@@ -1289,7 +1351,11 @@ class TransactionService:
             )
         rec = self.records.get(phys)
         if rec is None:
-            rec = self._pending_from(half)
+            if not fresh:
+                rec = self._pending_from(half)  # the record of a transaction that left the history window
+            elif transaction_id and transaction_id != half.properties.get(Prop.UNIQ_KEY):
+                rec = self._materialize(phys)  # a record keeps the other id, for find()
+                fresh = False
         if rec is not None and transaction_id and transaction_id != rec.uniq_key:
             rec.transaction_id = transaction_id
         outcome: asyncio.Future[tuple[int, str | None]] | None = (
@@ -1414,6 +1480,9 @@ class TransactionService:
         rec = self.records.get(phys)
         if rec is not None:
             return DECISION_OF_STATE.get(rec.state)  # None while PREPARED
+        light = self._light.get(phys)
+        if light is not None:
+            return light[0]
         outcome = self._find_outcome(_Target(phys, half.queue_offset, half.properties.get(Prop.UNIQ_KEY)), None)
         return outcome.decision if outcome is not None else None
 
@@ -1428,12 +1497,23 @@ class TransactionService:
         group: str,
     ) -> None:
         self.decided[phys] = decision
-        self.pending.pop(phys, None)
-        half = self._recent_halves.pop(phys, None)
-        if half is not None:
-            self._recent_bytes -= len(half.body)
-        if rec is not None:
-            self._resolve_record(rec, decision, by, copy_msg_id)
+        self._pending.pop(phys, None)
+        half = self._fresh.pop(phys, None)
+        if half is not None:  # decided while fresh: counted, and remembered without a record
+            self._fresh_bytes -= len(half.body)
+            now = self.clock.now_ms()
+            c = self.counters
+            c.values[_COUNTER_OF_DECISION[decision]] += 1
+            c.resolution_ms.append(max(0, now - half.store_timestamp))
+            self._light[phys] = (decision, by, now, copy_msg_id)
+            self._resolved_order.append(phys)
+            if len(self._resolved_order) > self.history_max:
+                self._trim_history()
+        else:
+            if rec is None:
+                rec = self.records.get(phys)  # built while the decision was being stored
+            if rec is not None:
+                self._resolve_record(rec, decision, by, copy_msg_id)
         if by == BY_OPERATOR:
             log.warning("transaction %s of group %s: %s by an operator", msg_id, group, decision)
 
@@ -1553,17 +1633,18 @@ class TransactionService:
     async def check_round(self) -> int:
         """Check (or discard) every pending transaction that is due; returns how many checks were sent."""
         now = self.clock.now_ms()
+        self._materialize_older(now)  # still undecided after a second: from now on it is checked on schedule
         due: list[PendingTransaction] = []
         heap = self._heap
         while heap and heap[0][0] <= now:
             due_ms, _seq, phys = heapq.heappop(heap)
-            entry = self.pending.get(phys)
+            entry = self._pending.get(phys)
             if entry is not None and entry.due_ms == due_ms and phys not in self._inflight:
                 due.append(entry)
         sent = 0
         interval = self.config.transaction_check_interval
         for entry in due:
-            if self.pending.get(entry.phys) is not entry:
+            if self._pending.get(entry.phys) is not entry:
                 continue  # decided while this round was running
             try:
                 if entry.checks >= self.config.transaction_check_max or self._too_old(entry, now):
@@ -1575,7 +1656,7 @@ class TransactionService:
                     self._reschedule(entry, now + interval)
             except Exception:
                 log.exception("checking transaction at commit-log offset %d failed; retrying later", entry.phys)
-                if self.pending.get(entry.phys) is entry:
+                if self._pending.get(entry.phys) is entry:
                     self._reschedule(entry, now + interval)
         if self._journal_lines > 2 * self._journal_live + _JOURNAL_SLACK:
             await self._compact_journal()
@@ -1595,7 +1676,10 @@ class TransactionService:
         store = self.broker.store
         if store is None:
             return
-        lowest = min((p.queue_offset for p in list(self.pending.values())), default=None)
+        lowest = min(
+            (p.queue_offset for p in [*self._pending.values(), *self._fresh.values()]),
+            default=None,
+        )
         half_end = store.max_offset(TRANS_HALF_TOPIC, 0)
         if half_end:
             self.broker.offsets.commit(SYS_TRANS_GROUP, TRANS_HALF_TOPIC, 0, half_end if lowest is None else lowest)
@@ -1682,10 +1766,10 @@ class TransactionService:
         result = await store.put(copy)
         if not result.ok:
             raise OSError(f"copying to {TRANS_CHECK_MAX_TIME_TOPIC} failed: {result}")
-        if self.pending.get(entry.phys) is not entry:
+        if self._pending.get(entry.phys) is not entry:
             return  # decided while the copy was stored: the decision stands
         copy_msg_id = encode_offset_msg_id(broker.store_host, result.physical_offset)
-        self.pending.pop(entry.phys, None)
+        self._pending.pop(entry.phys, None)
         self.decided[entry.phys] = DISCARD
         await self._write_op(self._op_record(entry, DISCARD, BY_BROKER, copy_msg_id))
         self._resolve_record(entry, DISCARD, BY_BROKER, copy_msg_id)
