@@ -312,6 +312,15 @@ class TxCounters:
     def add(self, name: str, n: int = 1) -> None:
         self.values[name] += n
 
+    def resolved(self, decision: str, by: str, waited_ms: int) -> None:
+        """Count a decision (COMMIT, ROLLBACK or DISCARD); ``waited_ms``: from the prepare to the decision."""
+        values = self.values
+        values[_COUNTER_OF_DECISION[decision]] += 1
+        if by == BY_OPERATOR:
+            values["operatorResolutions"] += 1
+        if decision != DISCARD:
+            self.resolution_ms.append(max(0, waited_ms))
+
     def snapshot(self, in_doubt: int, discarded: int) -> dict[str, int]:
         out = dict(self.values)
         out["inDoubt"] = in_doubt
@@ -471,9 +480,8 @@ class TransactionService:
         fresh = self._fresh
         fresh[phys] = record
         self._fresh_bytes += len(record.body)
-        if len(fresh) > _FRESH_MAX or self._fresh_bytes > _FRESH_MAX_BYTES:
-            while fresh and (len(fresh) > _FRESH_MAX or self._fresh_bytes > _FRESH_MAX_BYTES):
-                self._materialize(next(iter(fresh)))
+        while fresh and (len(fresh) > _FRESH_MAX or self._fresh_bytes > _FRESH_MAX_BYTES):
+            self._materialize(next(iter(fresh)))
 
     def _materialize(self, phys: int) -> TransactionRecord | None:
         """Build the record of the fresh half message at ``phys``: it enters the pending table and the check
@@ -900,12 +908,7 @@ class TransactionService:
             if decision == COMMIT:
                 rec.delivered_msg_id = copy_msg_id
         if count:
-            c = self.counters
-            c.values[_COUNTER_OF_DECISION[decision]] += 1
-            if by == BY_OPERATOR:
-                c.add("operatorResolutions")
-            if decision != DISCARD:
-                c.resolution_ms.append(max(0, now - rec.prepared_at))
+            self.counters.resolved(decision, by, now - rec.prepared_at)
         self._remember(rec)
 
     def _note_answer(self, phys: int, group: str, answer: str) -> None:
@@ -1220,35 +1223,23 @@ class TransactionService:
             return ResponseCode.SYSTEM_BUSY, "[TXMQ] the transaction service is not running"
         phys = header.commitLogOffset
         by = BY_CHECK if header.fromTransactionCheck else BY_PRODUCER
+        # phys, decision, group, queue_offset, msg_id, by, peer, transaction_id (positional: once per transaction)
+        args = (
+            phys,
+            decision,
+            header.producerGroup,
+            header.tranStateTableOffset,
+            header.msgId,
+            by,
+            peer,
+            header.transactionId,
+        )
         if phys in self._inflight:
-            return self._serialised(
-                phys,
-                lambda: self._decide(
-                    phys,
-                    decision,
-                    group=header.producerGroup,
-                    queue_offset=header.tranStateTableOffset,
-                    msg_id=header.msgId,
-                    by=by,
-                    peer=peer,
-                    transaction_id=header.transactionId,
-                ),
-            )
+            return self._serialised(phys, lambda: self._decide(*args))
         # The common case: nothing else decides about this half message now. The queued decision releases it.
         self._inflight[phys] = []
         try:
-            outcome = self._decide(
-                phys,
-                decision,
-                header.producerGroup,
-                header.tranStateTableOffset,
-                header.msgId,
-                by,
-                peer,
-                header.transactionId,
-                not oneway,  # answer
-                True,  # release
-            )
+            outcome = self._decide(*args, not oneway, True)  # answer unless oneway; release when stored
         except BaseException:
             self._release(phys)
             raise
@@ -1502,9 +1493,7 @@ class TransactionService:
         if half is not None:  # decided while fresh: counted, and remembered without a record
             self._fresh_bytes -= len(half.body)
             now = self.clock.now_ms()
-            c = self.counters
-            c.values[_COUNTER_OF_DECISION[decision]] += 1
-            c.resolution_ms.append(max(0, now - half.store_timestamp))
+            self.counters.resolved(decision, by, now - half.store_timestamp)
             self._light[phys] = (decision, by, now, copy_msg_id)
             self._resolved_order.append(phys)
             if len(self._resolved_order) > self.history_max:

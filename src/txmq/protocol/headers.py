@@ -62,11 +62,17 @@ class Header:
         return cls._parse(ext)
 
     @classmethod
-    def _parse(cls, ext: dict[str, str] | None) -> Self:
+    def _spec(cls) -> tuple[tuple[str, str, Callable[[str], Any], bool], ...]:
+        """(name, wire name, parser, required) per field, built once per class."""
         spec = cls.__dict__.get("_spec_cache")
         if spec is None:
             spec = cls._build_spec()
             cls._spec_cache = spec  # type: ignore[attr-defined]
+        return spec
+
+    @classmethod
+    def _parse(cls, ext: dict[str, str] | None) -> Self:
+        spec = cls._spec()
         ext = ext or {}
         values: dict[str, Any] = {}
         for name, wire_name, parse, required in spec:
@@ -82,13 +88,8 @@ class Header:
         return cls(**values)
 
     def to_ext(self) -> dict[str, str]:
-        cls = type(self)
-        spec = cls.__dict__.get("_spec_cache")
-        if spec is None:
-            spec = cls._build_spec()
-            cls._spec_cache = spec  # type: ignore[attr-defined]
         out: dict[str, str] = {}
-        for name, wire_name, _parse, _required in spec:
+        for name, wire_name, _parse, _required in self._spec():
             value = getattr(self, name)
             if value is not None:
                 out[wire_name] = value if type(value) is str else _format(value)
