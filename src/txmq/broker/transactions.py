@@ -47,8 +47,9 @@ transactions stay in memory; resolved ones are kept for the last ``transactionHi
 ``broker.conf`` key, default 10 000) and older ones are rebuilt on demand from the half message and its op marker.
 Op markers written by txmq also carry ``TXMQ_BY`` (who decided), ``TXMQ_COPY_MSG_ID`` (offsetMsgId of the delivered
 message, or of the TRANS_CHECK_MAX_TIME_TOPIC copy) and ``KEYS`` = the half message's UNIQ_KEY (so the key index finds
-them). An operator's resume writes an op-topic record with tag ``txmq_resume`` that puts a DISCARDED transaction back
-in the pending table. Each check sent and each answer received is appended to a compact journal
+them), except a COMMIT stored in one append with its copy: the copy, found by UNIQ_KEY in the real topic, comes right
+before its marker. An operator's resume writes an op-topic record with tag ``txmq_resume`` that puts a DISCARDED
+transaction back in the pending table. Each check sent and each answer received is appended to a compact journal
 (``<store>/config/transactionJournal.log``, one line per event, rewritten without stale lines at start and when it
 grows); the half topic never grows per check.
 """
@@ -420,9 +421,10 @@ class TransactionService:
         # The transactions they open are in doubt, and get a record once anything looks at them (see pending).
         self._fresh: dict[int, MessageRecord] = {}  # prepared, no record yet, as stored (oldest first)
         self._fresh_bytes = 0  # body bytes held in _fresh
-        # Resolutions of fresh half messages, by half offset: (decision, by, resolved at, copy offsetMsgId). They take
-        # the place of a record in the history window; a record is rebuilt from the half message when asked for.
-        self._light: dict[int, tuple[str, str, int, str | None]] = {}
+        # Resolutions of fresh half messages, by half offset: (decision, by, resolved at, commit-log offset of the
+        # committed copy or None). They take the place of a record in the history window; a record is rebuilt from
+        # the half message when asked for.
+        self._light: dict[int, tuple[str, str, int, int | None]] = {}
         self._placeholder: str | None = None  # offsetMsgId of offset 0 on this broker (see _store_batch)
         self._decisions: list[_Decision] = []  # decided in this event-loop turn, not yet handed to the store
         config_dir = Path(broker.config.store_path_root_dir) / "config"
@@ -990,7 +992,8 @@ class TransactionService:
         if light is not None:  # decided while fresh: no check was ever sent, so its history is complete
             rec = self._read_record(half_phys, None)
             if rec is not None:
-                decision, by, at, copy_msg_id = light
+                decision, by, at, copy_phys = light
+                copy_msg_id = None if copy_phys is None else encode_offset_msg_id(self.broker.store_host, copy_phys)
                 self._apply_history(rec, _Outcome(decision, at, by, copy_msg_id), None, None)
                 return rec
         decision = self.decided.get(half_phys)
@@ -1033,6 +1036,11 @@ class TransactionService:
                 found = match(store.read_message(phys))
                 if found is not None:
                     return found
+            if decision is None or decision == COMMIT:
+                with contextlib.suppress(Exception):
+                    found = match(self._marker_after_copy(rec.phys, rec.topic, rec.uniq_key))
+                    if found is not None:
+                        return found
         end = store.max_offset(TRANS_OP_HALF_TOPIC, 0)
         low = max(store.min_offset(TRANS_OP_HALF_TOPIC, 0), end - _OP_SCAN_LIMIT)
         while end > low:
@@ -1044,6 +1052,31 @@ class TransactionService:
                     if found is not None:
                         return found
             end = start
+        return None
+
+    def _marker_after_copy(self, half_phys: int, topic: str | None, uniq_key: str) -> MessageRecord | None:
+        """The op record stored in the same append as the committed copy of the half message at ``half_phys``: a
+        COMMIT's marker lists no KEYS (the copy, which the key index finds by UNIQ_KEY, leads to it), and the copies
+        of one append come right before their marker."""
+        store = self.broker.store
+        assert store is not None
+        if not topic:
+            return None
+        for copy_phys in store.query_by_key(topic, uniq_key, 64):
+            if copy_phys <= half_phys:
+                continue
+            copy = store.read_message(copy_phys)
+            if copy is None or copy.prepared_transaction_offset != half_phys:
+                continue
+            pos = copy_phys + copy.store_size
+            for _ in range(_MARKER_DECISIONS):
+                after = store.read_message(pos)
+                if after is None or after.store_size <= 0:
+                    return None
+                if after.topic == TRANS_OP_HALF_TOPIC:
+                    return after
+                pos += after.store_size
+            return None
         return None
 
     def list_in_doubt(
@@ -1163,7 +1196,7 @@ class TransactionService:
         props[Prop.REAL_QID] = str(record.queue_id)
         record.topic = TRANS_HALF_TOPIC
         record.queue_id = 0
-        record.sys_flag = with_transaction_type(record.sys_flag, TransactionType.NOT_TYPE)
+        record.sys_flag &= ~TRANSACTION_MASK  # TransactionType.NOT_TYPE
         if TRANS_HALF_TOPIC not in broker.topics.topics:
             broker.topics.ensure(TRANS_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)
             broker.topic_changed()
@@ -1393,6 +1426,8 @@ class TransactionService:
                 self._settle_decision(d, exc)
 
     def _append_batch(self, batch: list[_Decision]) -> None:
+        """The marker lists the UNIQ_KEYs (KEYS, for the key index) of its ROLLBACK decisions only: a COMMIT's
+        marker is found from its copy (see _marker_after_copy), which spares the index one entry per commit."""
         store = self.broker.store
         assert store is not None
         placeholder = self._placeholder
@@ -1402,7 +1437,9 @@ class TransactionService:
         marker = self._op_marker(
             *marker_fields(
                 [
-                    (d.queue_offset, d.phys, d.decision, d.by, placeholder if d.copy is not None else None, d.uniq_key)
+                    (d.queue_offset, d.phys, d.decision, d.by, placeholder, None)
+                    if d.copy is not None
+                    else (d.queue_offset, d.phys, d.decision, d.by, None, d.uniq_key)
                     for d in batch
                 ]
             )
@@ -1434,17 +1471,19 @@ class TransactionService:
                     self._settle_decision(d, _DONE)
             return
         copy_results = iter(results)
-        store_host = self.broker.store_host
+        inflight = self._inflight
         for d in batch:
             try:
                 if d.copy is not None:
-                    copy_msg_id = encode_offset_msg_id(store_host, next(copy_results).physical_offset)
-                    self._applied(d.phys, d.rec, COMMIT, d.by, copy_msg_id, d.msg_id, d.group)
+                    self._applied(d.phys, d.rec, COMMIT, d.by, next(copy_results).physical_offset, d.msg_id, d.group)
             except Exception as exc:
                 log.exception("recording the decision about half message %d failed", d.phys)
                 self._settle_decision(d, exc)
             else:
-                self._settle_decision(d, _DONE)
+                if d.outcome is None and d.release and not inflight.get(d.phys):
+                    inflight.pop(d.phys, None)  # a oneway END_TRANSACTION that nobody else waits behind
+                else:
+                    self._settle_decision(d, _DONE)
 
     def _settle_decision(self, d: _Decision, result: tuple[int, str | None] | BaseException) -> None:
         """Tell whoever waits for ``d`` (a oneway END_TRANSACTION has nobody: a failure is logged), and end the
@@ -1474,7 +1513,10 @@ class TransactionService:
         light = self._light.get(phys)
         if light is not None:
             return light[0]
-        outcome = self._find_outcome(_Target(phys, half.queue_offset, half.properties.get(Prop.UNIQ_KEY)), None)
+        props = half.properties
+        outcome = self._find_outcome(
+            _Target(phys, half.queue_offset, props.get(Prop.UNIQ_KEY), props.get(Prop.REAL_TOPIC)), None
+        )
         return outcome.decision if outcome is not None else None
 
     def _applied(
@@ -1483,25 +1525,27 @@ class TransactionService:
         rec: TransactionRecord | None,
         decision: str,
         by: str,
-        copy_msg_id: str | None,
+        copy_phys: int | None,
         msg_id: str,
         group: str,
     ) -> None:
+        """``decision`` about the half message at ``phys`` is stored (``copy_phys``: where its committed copy is)."""
         self.decided[phys] = decision
-        self._pending.pop(phys, None)
         half = self._fresh.pop(phys, None)
         if half is not None:  # decided while fresh: counted, and remembered without a record
             self._fresh_bytes -= len(half.body)
             now = self.clock.now_ms()
             self.counters.resolved(decision, by, now - half.store_timestamp)
-            self._light[phys] = (decision, by, now, copy_msg_id)
+            self._light[phys] = (decision, by, now, copy_phys)
             self._resolved_order.append(phys)
             if len(self._resolved_order) > self.history_max:
                 self._trim_history()
         else:
+            self._pending.pop(phys, None)
             if rec is None:
                 rec = self.records.get(phys)  # built while the decision was being stored
             if rec is not None:
+                copy_msg_id = None if copy_phys is None else encode_offset_msg_id(self.broker.store_host, copy_phys)
                 self._resolve_record(rec, decision, by, copy_msg_id)
         if by == BY_OPERATOR:
             log.warning("transaction %s of group %s: %s by an operator", msg_id, group, decision)
@@ -1806,6 +1850,7 @@ class _Target:
     phys: int
     queue_offset: int
     uniq_key: str | None
+    topic: str | None  # REAL_TOPIC
 
 
 def _name(rec: TransactionRecord) -> str:

@@ -4,9 +4,10 @@ One op record may hold several decisions. Its body is the half messages' queue o
 writes a batched op message (RocketMQ 4 writes one offset). txmq's markers carry, per decision and in the same order,
 comma-separated properties: ``TXMQ_HALF_PHYS`` (the half message's commit-log offset), ``TXMQ_DECISION`` (COMMIT,
 ROLLBACK or DISCARD), ``TXMQ_BY`` (who decided) and ``TXMQ_COPY_MSG_ID`` (offsetMsgId of the delivered copy, or of the
-TRANS_CHECK_MAX_TIME_TOPIC copy; an empty item when there is none); ``KEYS`` lists the half messages' UNIQ_KEYs
-(space-separated, so the key index finds the marker by each). A marker without txmq's properties (written by
-RocketMQ) decides UNKNOWN for each of its offsets. No IO here.
+TRANS_CHECK_MAX_TIME_TOPIC copy; an empty item when there is none); ``KEYS`` lists UNIQ_KEYs of half messages
+(space-separated, so the key index finds the marker by each): the broker leaves out those of COMMITs stored together
+with their copies, whose marker is found from the copy. A marker without txmq's properties (written by RocketMQ)
+decides UNKNOWN for each of its offsets. No IO here.
 """
 
 from __future__ import annotations
