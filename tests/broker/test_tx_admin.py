@@ -458,6 +458,30 @@ async def test_decisions_of_one_event_loop_turn_share_one_op_marker(
         await h.stop()
 
 
+async def test_an_old_delayed_commit_is_shown_from_its_schedule_topic_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A delayed message's committed copy waits in SCHEDULE_TOPIC_XXXX, right before its marker; the real topic has
+    # nothing yet. Shown after it left the history, with the backward scan of the op queue turned off.
+    monkeypatch.setattr(transactions, "_OP_SCAN_LIMIT", 0)
+    h = Harness(tmp_path)
+    await h.start(extra={"transactionHistoryMax": "1"})
+    try:
+        p = await h.producer()
+        delayed = await p.prepare("TxTopic", b"later", DELAY="3")
+        other = await p.prepare("TxTopic", b"now")
+        assert (await p.end(delayed, COMMIT)).code == ResponseCode.SUCCESS
+        assert (await p.end(other, COMMIT)).code == ResponseCode.SUCCESS
+        assert [m.body for m in await pull_real(h, "TxTopic")] == [b"now"]
+        for restart in (False, True):
+            if restart:
+                await h.restart()
+            t = await show(h, delayed.uniq)
+            assert t["state"] == "COMMITTED" and t["resolvedBy"] == "producer" and t["deliveredMsgId"]
+    finally:
+        await h.stop()
+
+
 async def test_a_refused_copy_does_not_fail_the_decisions_stored_with_it(
     h: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

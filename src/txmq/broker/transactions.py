@@ -75,6 +75,7 @@ from txmq.broker.send import SendError
 from txmq.broker.topics import (
     PERM_READ,
     PERM_WRITE,
+    SCHEDULE_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
@@ -1062,7 +1063,9 @@ class TransactionService:
         assert store is not None
         if not topic:
             return None
-        for copy_phys in store.query_by_key(topic, uniq_key, 64):
+        # A delayed message's copy goes to the schedule topic first (and to the real topic only when it is due).
+        candidates = [*store.query_by_key(topic, uniq_key, 64), *store.query_by_key(SCHEDULE_TOPIC, uniq_key, 64)]
+        for copy_phys in sorted(candidates):
             if copy_phys <= half_phys:
                 continue
             copy = store.read_message(copy_phys)
