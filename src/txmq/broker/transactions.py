@@ -60,6 +60,7 @@ import asyncio
 import collections
 import contextlib
 import enum
+import functools
 import heapq
 import itertools
 import logging
@@ -1205,7 +1206,7 @@ class TransactionService:
             broker.topic_changed()
         assert broker.store is not None
         return broker.send_processor.answer_when_stored(
-            cmd, broker.store.put_future(record), queue_id, lambda result: self._prepared(record, result)
+            cmd, broker.store.put_future(record), queue_id, functools.partial(self._prepared, record)
         )
 
     def _prepared(self, record: MessageRecord, result: Any) -> None:
@@ -1259,23 +1260,22 @@ class TransactionService:
             return ResponseCode.SYSTEM_BUSY, "[TXMQ] the transaction service is not running"
         phys = header.commitLogOffset
         by = BY_CHECK if header.fromTransactionCheck else BY_PRODUCER
-        # phys, decision, group, queue_offset, msg_id, by, peer, transaction_id (positional: once per transaction)
-        args = (
-            phys,
-            decision,
+        group, queue_offset, msg_id, transaction_id = (
             header.producerGroup,
             header.tranStateTableOffset,
             header.msgId,
-            by,
-            peer,
             header.transactionId,
         )
         if phys in self._inflight:
-            return self._serialised(phys, lambda: self._decide(*args))
+            return self._serialised(
+                phys, lambda: self._decide(phys, decision, group, queue_offset, msg_id, by, peer, transaction_id)
+            )
         # The common case: nothing else decides about this half message now. The queued decision releases it.
         self._inflight[phys] = []
-        try:
-            outcome = self._decide(*args, not oneway, True)  # answer unless oneway; release when stored
+        try:  # positional: once per transaction; answer unless oneway, release when stored
+            outcome = self._decide(
+                phys, decision, group, queue_offset, msg_id, by, peer, transaction_id, not oneway, True
+            )
         except BaseException:
             self._release(phys)
             raise
@@ -1559,19 +1559,22 @@ class TransactionService:
         topic = pop(Prop.REAL_TOPIC)
         queue_id = int(pop(Prop.REAL_QID))
         pop(Prop.TRAN_MSG, None)
-        return MessageRecord(
-            topic=topic,
-            body=half.body,
-            queue_id=queue_id,
-            flag=half.flag,
-            sys_flag=(half.sys_flag & ~TRANSACTION_MASK) | _COMMIT_TYPE,
-            born_timestamp=half.born_timestamp,
-            born_host=half.born_host,
-            store_host=self.broker.store_host,
-            reconsume_times=half.reconsume_times,
-            prepared_transaction_offset=half.physical_offset,
-            properties=props,
-            body_crc=half.body_crc,
+        return MessageRecord(  # positional (once per commit): topic, body, queue id, flag, queue offset, phys, ...
+            topic,
+            half.body,
+            queue_id,
+            half.flag,
+            0,
+            0,
+            (half.sys_flag & ~TRANSACTION_MASK) | _COMMIT_TYPE,
+            half.born_timestamp,
+            half.born_host,
+            0,  # store timestamp: the writer's
+            self.broker.store_host,
+            half.reconsume_times,
+            half.physical_offset,  # PREPARED TX OFFSET
+            props,
+            half.body_crc,
         )
 
     def _commit_copy(self, half: MessageRecord) -> MessageRecord | tuple[int, str]:
