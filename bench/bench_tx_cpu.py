@@ -8,9 +8,11 @@ and the next prepare. Frame building and response decoding are timed apart and l
 
 It prints CPU microseconds per message (plain) or per transaction (tx) for the process and for each thread. With
 ``--instructions`` it runs itself twice under valgrind's callgrind (Debian package ``valgrind``), with few and with
-more messages, and prints the difference in instructions per message: the same code gives the same count to within
-about 0.5 %, so a change worth 1 % shows. Instructions leave out cache misses and the kernel, so the throughput ratio
-in bench_tx.py stays the figure that counts; this is the figure to compare two versions of the code with.
+more messages, and prints the difference in instructions per message. The VM's noise does not reach it: the same
+code gives a plain send's count to within 0.3 % and a transaction's to within about 2 % (how the writer's groups fall
+still varies), so the median of a few runs shows a change of a few per cent. Instructions leave out cache misses and
+the kernel, so the throughput ratio in bench_tx.py stays the figure that counts; this is the one to compare two
+versions of the code with.
 
     .venv/bin/python bench/bench_tx_cpu.py [--mode plain,tx] [--messages 25600] [--inflight 256] [--instructions]
 """
