@@ -414,72 +414,68 @@ async def test_decisions_beyond_the_window_are_read_from_their_markers(tmp_path:
         await h.stop()
 
 
-async def test_decisions_of_one_event_loop_turn_share_one_op_marker(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+async def forgetful(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A broker that keeps one resolved transaction in memory and never reads the op queue backwards: older ones are
+    shown through the key index alone."""
+    monkeypatch.setattr(transactions, "_OP_SCAN_LIMIT", 0)
+    harness = Harness(tmp_path)
+    await harness.start(extra={"transactionHistoryMax": "1"})
+    yield harness
+    await harness.stop()
+
+
+async def test_decisions_of_one_event_loop_turn_share_one_op_marker(forgetful: Harness) -> None:
     # As RocketMQ 5 batches op messages: the decisions that arrive together are stored in one append, their
     # committed copies first and then one marker listing them all, which the rebuild reads back decision by decision.
     # The marker lists the UNIQ_KEYs of its ROLLBACKs for the key index; a COMMIT's marker is found from its copy.
-    # With the backward scan of the op queue turned off, old transactions are shown through those two routes only.
-    monkeypatch.setattr(transactions, "_OP_SCAN_LIMIT", 0)
-    h = Harness(tmp_path)
-    await h.start(extra={"transactionHistoryMax": "1"})
-    try:
-        p = await h.producer()
-        preps = [await p.prepare("TxTopic", f"m{i}".encode()) for i in range(5)]
-        decisions = [COMMIT, ROLLBACK, COMMIT, COMMIT, ROLLBACK]
-        commands = [p.end_cmd(prep, d, oneway=False) for prep, d in zip(preps, decisions, strict=True)]
-        outcomes = [h.svc.end_transaction(None, cmd) for cmd in commands]  # one event-loop turn
-        answers = [await outcome for outcome in outcomes]
-        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 5
-        [op] = h.messages(TRANS_OP_HALF_TOPIC)
-        assert op.body == b",".join(str(prep.queue_offset).encode() for prep in preps)
-        assert op.properties["TXMQ_DECISION"] == "COMMIT,ROLLBACK,COMMIT,COMMIT,ROLLBACK"
-        assert op.properties["TXMQ_HALF_PHYS"] == ",".join(str(prep.phys) for prep in preps)
-        assert op.properties["KEYS"] == f"{preps[1].uniq} {preps[4].uniq}"
-        delivered = await pull_real(h, "TxTopic")
-        assert [m.body for m in delivered] == [b"m0", b"m2", b"m3"]
-        host = ("127.0.0.1", h.broker.config.listen_port)
-        copy_ids = [encode_offset_msg_id(host, m.physical_offset) for m in delivered]
-        assert op.properties["TXMQ_COPY_MSG_ID"] == f"{copy_ids[0]},,{copy_ids[1]},{copy_ids[2]},"
-        for restart in (False, True):
-            if restart:
-                await h.restart()
-            shown = [await show(h, prep.uniq) for prep in preps]
-            assert [t["state"] for t in shown] == ["COMMITTED", "ROLLED_BACK", "COMMITTED", "COMMITTED", "ROLLED_BACK"]
-            assert [t.get("deliveredMsgId") for t in shown] == [copy_ids[0], None, copy_ids[1], copy_ids[2], None]
-            assert [t["resolvedBy"] for t in shown] == ["producer"] * 5
-            assert h.svc.pending == {}
-        p = await h.producer()
-        assert (await p.end(preps[1], COMMIT)).code == ResponseCode.SYSTEM_ERROR  # the first decision still wins
-        assert (await p.end(preps[0], COMMIT)).code == ResponseCode.SUCCESS
-        assert [m.body for m in await pull_real(h, "TxTopic")] == [b"m0", b"m2", b"m3"]
-    finally:
-        await h.stop()
+    h = forgetful
+    p = await h.producer()
+    preps = [await p.prepare("TxTopic", f"m{i}".encode()) for i in range(5)]
+    decisions = [COMMIT, ROLLBACK, COMMIT, COMMIT, ROLLBACK]
+    commands = [p.end_cmd(prep, d, oneway=False) for prep, d in zip(preps, decisions, strict=True)]
+    outcomes = [h.svc.end_transaction(None, cmd) for cmd in commands]  # one event-loop turn
+    answers = [await outcome for outcome in outcomes]
+    assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 5
+    [op] = h.messages(TRANS_OP_HALF_TOPIC)
+    assert op.body == b",".join(str(prep.queue_offset).encode() for prep in preps)
+    assert op.properties["TXMQ_DECISION"] == "COMMIT,ROLLBACK,COMMIT,COMMIT,ROLLBACK"
+    assert op.properties["TXMQ_HALF_PHYS"] == ",".join(str(prep.phys) for prep in preps)
+    assert op.properties["KEYS"] == f"{preps[1].uniq} {preps[4].uniq}"
+    delivered = await pull_real(h, "TxTopic")
+    assert [m.body for m in delivered] == [b"m0", b"m2", b"m3"]
+    host = ("127.0.0.1", h.broker.config.listen_port)
+    copy_ids = [encode_offset_msg_id(host, m.physical_offset) for m in delivered]
+    assert op.properties["TXMQ_COPY_MSG_ID"] == f"{copy_ids[0]},,{copy_ids[1]},{copy_ids[2]},"
+    for restart in (False, True):
+        if restart:
+            await h.restart()
+        shown = [await show(h, prep.uniq) for prep in preps]
+        assert [t["state"] for t in shown] == ["COMMITTED", "ROLLED_BACK", "COMMITTED", "COMMITTED", "ROLLED_BACK"]
+        assert [t.get("deliveredMsgId") for t in shown] == [copy_ids[0], None, copy_ids[1], copy_ids[2], None]
+        assert [t["resolvedBy"] for t in shown] == ["producer"] * 5
+        assert h.svc.pending == {}
+    p = await h.producer()
+    assert (await p.end(preps[1], COMMIT)).code == ResponseCode.SYSTEM_ERROR  # the first decision still wins
+    assert (await p.end(preps[0], COMMIT)).code == ResponseCode.SUCCESS
+    assert [m.body for m in await pull_real(h, "TxTopic")] == [b"m0", b"m2", b"m3"]
 
 
-async def test_an_old_delayed_commit_is_shown_from_its_schedule_topic_copy(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_an_old_delayed_commit_is_shown_from_its_schedule_topic_copy(forgetful: Harness) -> None:
     # A delayed message's committed copy waits in SCHEDULE_TOPIC_XXXX, right before its marker; the real topic has
-    # nothing yet. Shown after it left the history, with the backward scan of the op queue turned off.
-    monkeypatch.setattr(transactions, "_OP_SCAN_LIMIT", 0)
-    h = Harness(tmp_path)
-    await h.start(extra={"transactionHistoryMax": "1"})
-    try:
-        p = await h.producer()
-        delayed = await p.prepare("TxTopic", b"later", DELAY="3")
-        other = await p.prepare("TxTopic", b"now")
-        assert (await p.end(delayed, COMMIT)).code == ResponseCode.SUCCESS
-        assert (await p.end(other, COMMIT)).code == ResponseCode.SUCCESS
-        assert [m.body for m in await pull_real(h, "TxTopic")] == [b"now"]
-        for restart in (False, True):
-            if restart:
-                await h.restart()
-            t = await show(h, delayed.uniq)
-            assert t["state"] == "COMMITTED" and t["resolvedBy"] == "producer" and t["deliveredMsgId"]
-    finally:
-        await h.stop()
+    # nothing yet.
+    h = forgetful
+    p = await h.producer()
+    delayed = await p.prepare("TxTopic", b"later", DELAY="3")
+    other = await p.prepare("TxTopic", b"now")
+    assert (await p.end(delayed, COMMIT)).code == ResponseCode.SUCCESS
+    assert (await p.end(other, COMMIT)).code == ResponseCode.SUCCESS
+    assert [m.body for m in await pull_real(h, "TxTopic")] == [b"now"]
+    for restart in (False, True):
+        if restart:
+            await h.restart()
+        t = await show(h, delayed.uniq)
+        assert t["state"] == "COMMITTED" and t["resolvedBy"] == "producer" and t["deliveredMsgId"]
 
 
 async def test_a_refused_copy_does_not_fail_the_decisions_stored_with_it(
