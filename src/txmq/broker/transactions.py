@@ -47,11 +47,11 @@ transactions stay in memory; resolved ones are kept for the last ``transactionHi
 ``broker.conf`` key, default 10 000) and older ones are rebuilt on demand from the half message and its op marker.
 Op markers written by txmq also carry ``TXMQ_BY`` (who decided), ``TXMQ_COPY_MSG_ID`` (offsetMsgId of the delivered
 message, or of the TRANS_CHECK_MAX_TIME_TOPIC copy) and ``KEYS`` = the half message's UNIQ_KEY (so the key index finds
-them), except a COMMIT stored in one append with its copy: the copy, found by UNIQ_KEY in the real topic, comes right
-before its marker. An operator's resume writes an op-topic record with tag ``txmq_resume`` that puts a DISCARDED
-transaction back in the pending table. Each check sent and each answer received is appended to a compact journal
-(``<store>/config/transactionJournal.log``, one line per event, rewritten without stale lines at start and when it
-grows); the half topic never grows per check.
+them), except a COMMIT stored in one append with its copy: the copy, found by UNIQ_KEY in the real topic (or in the
+schedule topic, for a delayed message), comes right before its marker. An operator's resume writes an op-topic
+record with tag ``txmq_resume`` that puts a DISCARDED transaction back in the pending table. Each check sent and each
+answer received is appended to a compact journal (``<store>/config/transactionJournal.log``, one line per event,
+rewritten without stale lines at start and when it grows); the half topic never grows per check.
 """
 
 from __future__ import annotations
