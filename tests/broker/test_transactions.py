@@ -413,24 +413,26 @@ async def test_crash_between_commit_and_op_marker_does_not_deliver_twice(h: Harn
     p = await h.producer()
     prep = await p.prepare("TxTopic", b"once", KEYS="k1")
     no_key = await p.prepare("TxTopic", b"no-uniq", UNIQ_KEY="")  # an empty value is not written
+    delayed = await p.prepare("TxTopic", b"later", DELAY="3")  # its copy waits in the schedule topic
     svc = h.svc
     store = h.broker.store
     # Simulate the crash window: the committed copies are stored, the op markers never written.
-    for prepared in (prep, no_key):
+    for prepared in (prep, no_key, delayed):
         half = store.read_message(prepared.phys)
-        assert ("UNIQ_KEY" in half.properties) is (prepared is prep)
-        record = svc._commit_record(half)
+        assert ("UNIQ_KEY" in half.properties) is (prepared is not no_key)
+        record = svc._commit_copy(half)
         assert (await store.put(record)).ok
     assert len(await pull_real(h, "TxTopic")) == 2
     await h.restart()
     assert h.svc.pending == {}
-    assert h.svc.decided[prep.phys] == "COMMIT" and h.svc.decided[no_key.phys] == "COMMIT"
-    assert len(h.messages(TRANS_OP_HALF_TOPIC)) == 2
+    assert [h.svc.decided[x.phys] for x in (prep, no_key, delayed)] == ["COMMIT"] * 3
+    assert len(h.messages(TRANS_OP_HALF_TOPIC)) == 3
     p = await h.producer()
     await h.tick(30)
     assert p.checks == []
     assert (await p.end(prep, COMMIT)).code == ResponseCode.SUCCESS
-    assert [m.body for m in await pull_real(h, "TxTopic")] == [b"once", b"no-uniq"]
+    assert (await p.end(delayed, COMMIT)).code == ResponseCode.SUCCESS
+    assert [m.body for m in await pull_real(h, "TxTopic")] == [b"once", b"no-uniq", b"later"]
 
 
 async def test_retention_guard_is_lowest_pending(h: Harness) -> None:

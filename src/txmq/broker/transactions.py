@@ -65,7 +65,7 @@ import heapq
 import itertools
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -848,25 +848,37 @@ class TransactionService:
         record = store.read_message(entry.phys, entry.size)
         if record is None:
             return None
-        candidates: list[int] = []
         if entry.uniq_key:
-            candidates = store.query_by_key(entry.topic, entry.uniq_key, 64)
+            candidates = self._copies_by_key(entry.topic, entry.uniq_key)
         else:
             qid = int(record.properties.get(Prop.REAL_QID, "0"))
             end = store.max_offset(entry.topic, qid)
             start = max(store.min_offset(entry.topic, qid), end - _TAIL_SCAN)
-            candidates = [p for p, _s, _c in store.read_consume_queue(entry.topic, qid, start, end - start)]
-        for phys in candidates:
-            if phys <= entry.phys:
+            candidates = {p for p, _s, _c in store.read_consume_queue(entry.topic, qid, start, end - start)}
+        return next((phys for phys, _copy in self._committed_copies(entry.phys, candidates)), None)
+
+    def _copies_by_key(self, topic: str, uniq_key: str) -> set[int]:
+        """Where the key index has ``uniq_key`` in ``topic`` or in the schedule topic: a delayed message's committed
+        copy waits there, right after the decision, and reaches ``topic`` only when it is due."""
+        store = self.broker.store
+        assert store is not None
+        return {*store.query_by_key(topic, uniq_key, 64), *store.query_by_key(SCHEDULE_TOPIC, uniq_key, 64)}
+
+    def _committed_copies(self, half_phys: int, candidates: Iterable[int]) -> Iterator[tuple[int, MessageRecord]]:
+        """The committed copies of the half message at ``half_phys`` among the records at ``candidates``, oldest
+        first."""
+        store = self.broker.store
+        assert store is not None
+        for phys in sorted(candidates):
+            if phys <= half_phys:
                 continue
             copy = store.read_message(phys)
             if (
                 copy is not None
-                and copy.prepared_transaction_offset == entry.phys
+                and copy.prepared_transaction_offset == half_phys
                 and copy.transaction_type == TransactionType.COMMIT
             ):
-                return phys
-        return None
+                yield phys, copy
 
     # -- pending table ---------------------------------------------------------------------------------------------
 
@@ -1064,23 +1076,17 @@ class TransactionService:
         assert store is not None
         if not topic:
             return None
-        # A delayed message's copy goes to the schedule topic first (and to the real topic only when it is due).
-        candidates = [*store.query_by_key(topic, uniq_key, 64), *store.query_by_key(SCHEDULE_TOPIC, uniq_key, 64)]
-        for copy_phys in sorted(candidates):
-            if copy_phys <= half_phys:
-                continue
-            copy = store.read_message(copy_phys)
-            if copy is None or copy.prepared_transaction_offset != half_phys:
-                continue
-            pos = copy_phys + copy.store_size
-            for _ in range(_MARKER_DECISIONS):
-                after = store.read_message(pos)
-                if after is None or after.store_size <= 0:
-                    return None
-                if after.topic == TRANS_OP_HALF_TOPIC:
-                    return after
-                pos += after.store_size
+        first = next(self._committed_copies(half_phys, self._copies_by_key(topic, uniq_key)), None)
+        if first is None:
             return None
+        pos = first[0] + first[1].store_size
+        for _ in range(_MARKER_DECISIONS):
+            after = store.read_message(pos)
+            if after is None or after.store_size <= 0:
+                return None
+            if after.topic == TRANS_OP_HALF_TOPIC:
+                return after
+            pos += after.store_size
         return None
 
     def list_in_doubt(
@@ -1474,7 +1480,6 @@ class TransactionService:
                     self._settle_decision(d, _DONE)
             return
         copy_results = iter(results)
-        inflight = self._inflight
         for d in batch:
             try:
                 if d.copy is not None:
@@ -1483,10 +1488,7 @@ class TransactionService:
                 log.exception("recording the decision about half message %d failed", d.phys)
                 self._settle_decision(d, exc)
             else:
-                if d.outcome is None and d.release and not inflight.get(d.phys):
-                    inflight.pop(d.phys, None)  # a oneway END_TRANSACTION that nobody else waits behind
-                else:
-                    self._settle_decision(d, _DONE)
+                self._settle_decision(d, _DONE)
 
     def _settle_decision(self, d: _Decision, result: tuple[int, str | None] | BaseException) -> None:
         """Tell whoever waits for ``d`` (a oneway END_TRANSACTION has nobody: a failure is logged), and end the
