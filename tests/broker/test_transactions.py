@@ -323,6 +323,25 @@ async def test_immunity_property_delays_the_first_check(h: Harness) -> None:
     assert len(p.checks) == 1
 
 
+async def test_the_producers_check_times_property_counts_toward_the_max(h: Harness) -> None:
+    """RocketMQ counts on from a TRANSACTION_CHECK_TIMES the producer set (needDiscard): under transactionCheckMax=3,
+    a half message that says 2 gets one check (numbered 3), then is discarded; one that says 3 gets none. The count
+    survives a restart."""
+    p = await h.producer()
+    once = await p.prepare("TxTopic", b"once", TRANSACTION_CHECK_TIMES="2")
+    await p.prepare("TxTopic", b"never", TRANSACTION_CHECK_TIMES="3")
+    await p.prepare("TxTopic", b"garbage", TRANSACTION_CHECK_TIMES="x")  # unreadable: counted from zero
+    await h.restart()
+    p = await h.producer()
+    await h.tick(7)
+    bodies = {decode_record(c.body).body: decode_record(c.body).properties["TRANSACTION_CHECK_TIMES"] for c in p.checks}
+    assert bodies == {b"once": "3", b"garbage": "1"}
+    assert [m.body for m in h.messages(TRANS_CHECK_MAX_TIME_TOPIC)] == [b"never"]
+    await h.tick(10)
+    assert sorted(m.body for m in h.messages(TRANS_CHECK_MAX_TIME_TOPIC)) == [b"never", b"once"]
+    assert once.phys not in h.svc.pending and len(h.svc.pending) == 1
+
+
 async def test_no_producer_online_means_no_check_counted(h: Harness) -> None:
     p = await h.producer()
     prep = await p.prepare("TxTopic", b"orphan")

@@ -651,10 +651,11 @@ class TransactionService:
             rec.check_log = journal.get(rec.phys, [])
             since = rec.resumed_at[-1] if rec.resumed_at else 0
             counted = [a.sent_ms for a in rec.check_log if a.sent_ms >= since]
-            rec.checks = len(counted)
+            # Counted on from the producer's TRANSACTION_CHECK_TIMES, unless an operator's resume restarted the count.
+            rec.checks = (0 if rec.resumed_at else rec.checks) + len(counted)
             rec.last_check_ms = max(counted, default=0)
             if rec.state is TxState.PREPARED:
-                rec.due_ms = rec.last_check_ms + interval if rec.checks else max(rec.first_due_ms, since)
+                rec.due_ms = rec.last_check_ms + interval if counted else max(rec.first_due_ms, since)
                 self._add_pending(rec)
             self._remember(rec)
         repaired = 0
@@ -827,6 +828,15 @@ class TransactionService:
                 immunity = seconds * 1000
         uniq_key = get(Prop.UNIQ_KEY)
         transaction_id = get(Prop.TRANSACTION_ID)
+        # A producer may set TRANSACTION_CHECK_TIMES itself: RocketMQ counts on from it (needDiscard), so a half message
+        # that says 14 under transactionCheckMax=15 is checked once more, then discarded.
+        checks = 0
+        raw = get(Prop.TRANSACTION_CHECK_TIMES)
+        if raw:
+            try:
+                checks = max(int(raw), 0)
+            except ValueError:
+                checks = 0
         return TransactionRecord(  # positional: one per half message, and keywords cost a third more
             record.physical_offset,
             record.store_size,
@@ -840,6 +850,7 @@ class TransactionService:
             stored or born,  # prepared_at
             record.store_host,
             transaction_id if transaction_id and transaction_id != uniq_key else None,
+            checks,
         )
 
     def _find_committed_copy(self, entry: TransactionRecord) -> int | None:
