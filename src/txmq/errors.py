@@ -39,6 +39,18 @@ class ConfigError(TxmqError):
     """A configuration value or file that is not valid."""
 
 
+class FilterExpressionError(TxmqError):
+    """A message-filter expression (RocketMQ's SQL92 selector) that cannot be compiled.
+
+    ``expression`` is the text as given; ``column`` the 1-based position of the fault when it is known.
+    """
+
+    def __init__(self, message: str, expression: str | None = None, column: int | None = None) -> None:
+        super().__init__(message)
+        self.expression = expression
+        self.column = column
+
+
 class RemotingError(TxmqError):
     """A remote call failed: connection lost, timeout, or an error answer.
 
