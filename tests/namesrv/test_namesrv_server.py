@@ -113,3 +113,34 @@ async def test_kv_config_and_unknown_code_and_missing_fields() -> None:
         assert resp.code == ResponseCode.SYSTEM_ERROR and "not JSON" in resp.remark
     finally:
         await ns.close()
+
+
+async def test_delete_topic_in_namesrv_by_cluster_or_everywhere() -> None:
+    """DELETE_TOPIC_IN_NAMESRV (216), as mqadmin deleteTopic sends it after deleting the topic on the brokers."""
+    ns = NameServer()
+    port = await ns.start("127.0.0.1", 0)
+    try:
+        a = await connect("127.0.0.1", port)
+        assert (await a.request(_register("broker-a", "127.0.0.1:1", {"T": 2, "U": 1}), 5)).code == 0
+        b = await connect("127.0.0.1", port)
+        other_cluster = _register("broker-b", "127.0.0.1:2", {"T": 3})
+        other_cluster.ext_fields["clusterName"] = "D"
+        assert (await b.request(other_cluster, 5)).code == 0
+        c = await connect("127.0.0.1", port)
+
+        async def route(topic: str) -> RemotingCommand:
+            return await c.request(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}), 5)
+
+        delete = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T", "clusterName": "C"})
+        assert (await c.request(delete, 5)).code == ResponseCode.SUCCESS
+        left = orjson.loads((await route("T")).body)
+        assert [q["brokerName"] for q in left["queueDatas"]] == ["broker-b"]  # cluster D keeps its queues
+
+        everywhere = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T"})
+        assert (await c.request(everywhere, 5)).code == ResponseCode.SUCCESS
+        assert (await route("T")).code == ResponseCode.TOPIC_NOT_EXIST
+        assert (await route("U")).code == ResponseCode.SUCCESS
+        topics = await c.request(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), 5)
+        assert orjson.loads(topics.body) == {"topicList": ["U"]}
+    finally:
+        await ns.close()

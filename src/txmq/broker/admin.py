@@ -292,6 +292,10 @@ class AdminProcessor:
             stored = broker.offsets.offsets_of(h.consumerGroup, topic)
             for qid in range(cfg.read_queue_nums):
                 consumer_offset = stored.get(qid, 0)
+            # As in RocketMQ: while the group is online, only the topics it subscribes to are reported.
+            online = broker.clients.consumers.get(h.consumerGroup)
+            if online is not None and online.channels and online.subscriptions and topic not in online.subscriptions:
+                continue
                 last = 0
                 if 0 < consumer_offset <= broker.store.max_offset(topic, qid):
                     last = broker.store.store_time_at(topic, qid, consumer_offset - 1) or 0
@@ -308,7 +312,11 @@ class AdminProcessor:
         return cmd.response(body=with_object_map("offsetTable", entries, {"consumeTps": 0.0}))
 
     def runtime_info(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        table = {k: str(v) for k, v in self.broker.runtime_info().items()}
+        # KVTable values are strings; structured txmq statistics go as JSON text, not Python reprs.
+        table = {
+            k: orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS).decode() if isinstance(v, (dict, list)) else str(v)
+            for k, v in self.broker.runtime_info().items()
+        }
         return cmd.response(body=orjson.dumps({"table": table}))
 
     # -- subscription groups

@@ -23,6 +23,7 @@ from txmq.broker.pull import PullProcessor
 from txmq.broker.schedule import ScheduleService
 from txmq.broker.send import SendProcessor
 from txmq.broker.subscriptions import SubscriptionGroupManager
+from txmq.broker.tools_admin import ToolsAdminProcessor
 from txmq.broker.topics import TopicConfigManager
 from txmq.broker.transactions import TransactionService
 from txmq.broker.tx_admin import TransactionAdminProcessor
@@ -79,6 +80,7 @@ class Broker:
         self.send_processor = SendProcessor(self)
         self.pull_processor = PullProcessor(self)
         self.admin = AdminProcessor(self)
+        self.tools_admin = ToolsAdminProcessor(self)
         self.dispatcher = Dispatcher()
         self._register_codes()
         self.acl: Any = None
@@ -109,6 +111,8 @@ class Broker:
         d.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.schedule.send_back)
         for code, handler in self.consumer_admin.handlers().items():
             d.register(code, handler)
+        for code, handler in self.tools_admin.handlers().items():
+            d.register(code, handler)
 
     # -- lifecycle
 
@@ -126,6 +130,7 @@ class Broker:
             asyncio.create_task(self._register_loop(), name="broker-register"),
             asyncio.create_task(self._client_scan_loop(), name="broker-client-scan"),
             asyncio.create_task(self._offset_persist_loop(), name="broker-offsets"),
+            asyncio.create_task(self._stats_sample_loop(), name="broker-stats"),
         ]
         for extra in (self.transactions, self.schedule, self.acl):
             starter = getattr(extra, "start", None)
@@ -203,6 +208,11 @@ class Broker:
                 conn.close("no heartbeat")
             for group in changed:
                 self.notify_consumer_ids_changed(group)
+
+    async def _stats_sample_loop(self) -> None:
+        while True:
+            self.tools_admin.sample()
+            await self.clock.sleep(1.0)
 
     async def _offset_persist_loop(self) -> None:
         while True:
@@ -294,6 +304,7 @@ class Broker:
             "flushDiskType": self.config.flush_disk_type,
             "txmqPid": os.getpid(),
         }
+        info.update(self.tools_admin.runtime_info())
         for key, value in stats.items():
             info.setdefault(f"store.{key}", value)
         counters = getattr(self.transactions, "counter_values", None)

@@ -86,7 +86,8 @@ class ConsumerAdminProcessor:
 
     # -- reset offset -------------------------------------------------------------------------------------------
 
-    def _offset_for(self, topic: str, queue_id: int, to: str) -> int:
+    def offset_for(self, topic: str, queue_id: int, to: str) -> int:
+        """The queue offset for ``to``: "earliest", "latest" or epoch ms (the first message stored at or after)."""
         store = self.broker.store
         assert store is not None
         low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
@@ -119,12 +120,25 @@ class ConsumerAdminProcessor:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         if broker.subscriptions.get(group) is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
-        offsets = {qid: self._offset_for(topic, qid, to) for qid in range(cfg.read_queue_nums)}
+        offsets = {qid: self.offset_for(topic, qid, to) for qid in range(cfg.read_queue_nums)}
+        notified = await self.apply_reset(group, topic, offsets, to if to.isdigit() else "-1")
+        log.info("offsets of %s on %s reset to %s (%s); %d consumer(s) told", group, topic, to, offsets, notified)
+        name = broker.config.broker_name
+        out = {
+            "offsets": [
+                {"topic": topic, "brokerName": name, "queueId": q, "offset": o} for q, o in sorted(offsets.items())
+            ],
+            "notifiedConsumers": notified,
+        }
+        return cmd.response(body=orjson.dumps(out))
+
+    async def apply_reset(self, group: str, topic: str, offsets: dict[int, int], timestamp: str) -> int:
+        """Commit ``offsets`` and send RESET_CONSUMER_CLIENT_OFFSET to the group's online consumers; return how many."""
+        broker = self.broker
         broker.offsets.reset(group, topic, offsets)
         await asyncio.get_running_loop().run_in_executor(None, broker.offsets.persist)
         name = broker.config.broker_name
         body = with_object_map("offsetTable", [(mq_key(topic, name, q), o) for q, o in sorted(offsets.items())], {})
-        timestamp = to if to.isdigit() else "-1"
         notified = 0
         for conn in broker.clients.consumer_connections(group):
             if conn.closed:
@@ -139,14 +153,7 @@ class ConsumerAdminProcessor:
                 notified += 1
             except Exception as exc:  # a dying connection must not fail the reset
                 log.info("telling consumer %r of %s about the reset failed: %s", conn, group, exc)
-        log.info("offsets of %s on %s reset to %s (%s); %d consumer(s) told", group, topic, to, offsets, notified)
-        out = {
-            "offsets": [
-                {"topic": topic, "brokerName": name, "queueId": q, "offset": o} for q, o in sorted(offsets.items())
-            ],
-            "notifiedConsumers": notified,
-        }
-        return cmd.response(body=orjson.dumps(out))
+        return notified
 
     # -- dead letters -------------------------------------------------------------------------------------------
 

@@ -202,6 +202,14 @@ class RouteTable:
     def topics(self) -> list[str]:
         return sorted(self.topic_queues)
 
+    def delete_topic(self, topic: str, cluster: str = "") -> None:
+        """Forget a topic's queues: on the cluster's brokers only, or everywhere when no cluster is given."""
+        if not cluster:
+            self.topic_queues.pop(topic, None)
+            return
+        for broker_name in self.cluster_addr.get(cluster, set()):
+            self._drop_topic_broker(topic, broker_name)
+
     def topics_of_cluster(self, cluster: str) -> list[str]:
         names = self.cluster_addr.get(cluster, set())
         return sorted(t for t, queues in self.topic_queues.items() if names & queues.keys())

@@ -53,6 +53,7 @@ class NameServer:
             RequestCode.GET_BROKER_CLUSTER_INFO: self._cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._topic_list,
             RequestCode.GET_TOPICS_BY_CLUSTER: self._topics_by_cluster,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self._delete_topic,
             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self._system_topics,
             RequestCode.QUERY_DATA_VERSION: self._query_data_version,
         }
@@ -206,6 +207,12 @@ class NameServer:
 
     def _topic_list(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(body=_json({"topicList": self.routes.topics()}))
+
+    def _delete_topic(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        # mqadmin deleteTopic sends this after deleting the topic on the brokers; a blank clusterName means all.
+        topic = TopicHeader.from_ext(cmd.ext_fields).topic
+        self.routes.delete_topic(topic, cmd.ext_fields.get("clusterName", ""))
+        return cmd.response()
 
     def _topics_by_cluster(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         cluster = cmd.ext_fields.get("cluster", "")
