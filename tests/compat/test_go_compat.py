@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -31,8 +32,9 @@ def txmqgo() -> Path:
 
 @pytest.fixture
 def go(txmqgo):
+    """Starts txmqgo in the background: ``go(args, more_args, ...)``; all are killed when the test ends."""
     with go_processes() as start:
-        yield start
+        yield lambda *parts: start([str(a) for part in parts for a in part])
 
 
 def _name(prefix: str) -> str:
@@ -239,3 +241,155 @@ def test_go_check_backs_repeat_while_unknown_and_tx_list_shows_the_transaction(t
     assert consumer.wait(90) == 0, consumer.describe()
     _assert_exactly_once(consumer.of("received"), {e["body"] for e in sent})
     assert _admin_cli(ns, "list", "--group", pgroup).count(open_tx["msg_id"]) == 0
+
+
+def test_every_go_send_mode_and_compressed_bodies_are_consumed_once(txmq_cluster, go) -> None:
+    ns = txmq_cluster.namesrv_addr
+    topic, group = _name("GoModes"), _name("GoModesCG")
+    count = 10
+    expected: set[str] = set()
+    for mode in ("sync", "async", "oneway", "batch"):
+        run = run_go(
+            ["send", "--namesrv", ns, "--topic", topic, "--count", count, "--mode", mode, "--body-prefix", f"{mode}-"],
+            timeout=60,
+        )
+        assert run.returncode == 0, run.describe()
+        if mode in ("sync", "async"):
+            assert sorted(e["body"] for e in run.of("sent")) == sorted(f"{mode}-{i}" for i in range(count))
+            assert all(e["status"] == SEND_OK for e in run.of("sent"))
+        elif mode == "batch":
+            # One SEND_BATCH_MESSAGE: the broker answers with every stored message's offset msgId, comma-separated.
+            (result,) = run.of("sent")
+            assert result["status"] == SEND_OK and len(set(result["offset_msg_id"].split(","))) == count, result
+        expected |= {f"{mode}-{i}" for i in range(count)}
+    # Bodies over 4 KiB are zlib-compressed by the Go producer (sysFlag bit 0); the consumer must get them back whole.
+    size = 10_000
+    big = run_go(
+        ["send", "--namesrv", ns, "--topic", topic, "--count", 3, "--body-prefix", "big-", "--body-size", size],
+        timeout=60,
+    )
+    assert big.returncode == 0, big.describe()
+    consumer = _consume(go, ns, topic, group, len(expected) + 3)
+    assert consumer.wait(90) == 0, consumer.describe()
+    received = consumer.of("received")
+    large = [e for e in received if e["body"].startswith("big-")]
+    assert sorted(e["body"][:5] for e in large) == ["big-0", "big-1", "big-2"]
+    assert all(len(e["body"]) == size and e["body"].endswith(".") for e in large)
+    _assert_exactly_once([e for e in received if not e["body"].startswith("big-")], expected)
+
+
+def test_go_consumer_gets_a_message_again_after_reconsume_later(txmq_cluster, go) -> None:
+    ns = txmq_cluster.namesrv_addr
+    topic, group = _name("GoRetry"), _name("GoRetryCG")
+    sender = run_go(["send", "--namesrv", ns, "--topic", topic, "--count", 4, "--body-prefix", "r-"], timeout=60)
+    assert sender.returncode == 0, sender.describe()
+    ids = {e["body"]: e["msg_id"] for e in sender.of("sent")}
+    consumer = go(
+        ["consume", "--namesrv", ns, "--topic", topic, "--group", group],
+        ["--expect", "4", "--timeout", "60", "--linger", "3", "--fail-first"],
+    )
+    assert consumer.wait(90) == 0, consumer.describe()
+    # The first delivery of each body is refused (CONSUMER_SEND_MSG_BACK to %RETRY%group); it comes back once.
+    assert sorted(e["body"] for e in consumer.of("failed_once")) == sorted(ids)
+    received = consumer.of("received")
+    _assert_exactly_once(received, set(ids))
+    for event in received:
+        assert event["reconsume_times"] == 1, event
+        assert event["topic"] == topic and event["msg_id"] == ids[event["body"]], event
+
+
+def test_go_orderly_consumer_keeps_queue_order_through_a_suspend(txmq_cluster, go) -> None:
+    ns = txmq_cluster.namesrv_addr
+    topic, group = _name("GoOrderly"), _name("GoOrderlyCG")
+    count = 16
+    sender = run_go(["send", "--namesrv", ns, "--topic", topic, "--count", count, "--body-prefix", "o-"], timeout=60)
+    assert sender.returncode == 0, sender.describe()
+    consumer = go(
+        ["consume", "--namesrv", ns, "--topic", topic, "--group", group],
+        ["--expect", str(count), "--timeout", "60", "--linger", "3", "--orderly", "--fail-first"],
+    )
+    assert consumer.wait(90) == 0, consumer.describe()
+    received = consumer.of("received")
+    _assert_exactly_once(received, {f"o-{i}" for i in range(count)})
+    by_queue: dict[int, list[int]] = collections.defaultdict(list)
+    for event in received:  # in the order the consumer printed them
+        by_queue[event["queue_id"]].append(event["queue_offset"])
+    for queue_id, offsets in by_queue.items():
+        assert offsets == sorted(offsets), f"queue {queue_id} consumed out of order: {offsets}"
+
+
+def test_go_consumer_group_resumes_from_its_committed_offsets(txmq_cluster, go) -> None:
+    ns = txmq_cluster.namesrv_addr
+    topic, group = _name("GoOffsets"), _name("GoOffsetsCG")
+    assert run_go(["send", "--namesrv", ns, "--topic", topic, "--count", 8, "--body-prefix", "a-"], 60).returncode == 0
+    first = _consume(go, ns, topic, group, 8, linger=1)
+    assert first.wait(90) == 0, first.describe()
+    _assert_exactly_once(first.of("received"), {f"a-{i}" for i in range(8)})
+    # Shutdown persisted the offsets (UPDATE_CONSUMER_OFFSET); the next member of the group starts after them.
+    assert run_go(["send", "--namesrv", ns, "--topic", topic, "--count", 5, "--body-prefix", "b-"], 60).returncode == 0
+    second = _consume(go, ns, topic, group, 5, linger=3)
+    assert second.wait(90) == 0, second.describe()
+    _assert_exactly_once(second.of("received"), {f"b-{i}" for i in range(5)})
+
+
+def test_go_tag_subscription_gets_only_its_tags(txmq_cluster, go) -> None:
+    ns = txmq_cluster.namesrv_addr
+    topic, group = _name("GoTags"), _name("GoTagsCG")
+    for tag in ("TagA", "TagB", "TagC"):
+        run = run_go(
+            ["send", "--namesrv", ns, "--topic", topic, "--count", 3, "--tag", tag, "--body-prefix", f"{tag}-"], 60
+        )
+        assert run.returncode == 0, run.describe()
+    consumer = go(
+        ["consume", "--namesrv", ns, "--topic", topic, "--group", group, "--tag", "TagA || TagC"],
+        ["--expect", "6", "--timeout", "60", "--linger", "3"],
+    )
+    assert consumer.wait(90) == 0, consumer.describe()
+    received = consumer.of("received")
+    _assert_exactly_once(received, {f"{t}-{i}" for t in ("TagA", "TagC") for i in range(3)})
+    assert all(e["tags"] == e["body"].split("-")[0] for e in received)
+
+
+def test_unknown_go_transaction_survives_a_broker_crash_and_another_instance_commits_it(make_cluster, go) -> None:
+    cluster = make_cluster()
+    ns = cluster.namesrv_addr
+    topic, pgroup, cgroup = _name("GoTxCrash"), _name("GoTxCrashPG"), _name("GoTxCrashCG")
+    first = go(
+        ["tx", "--namesrv", ns, "--topic", topic, "--group", pgroup, "--plan", "unknown", "--keys", "crash-{i}"],
+        ["--wait-checks", "1", "--timeout", "60", "--linger", "120"],
+    )
+    (check,) = first.wait_for(lambda e: e.get("event") == "check", 60)
+    (sent,) = first.of("tx_sent")
+    assert check["answer"] == "UNKNOWN" and check["transaction_id"] == sent["msg_id"]
+    with Admin(ns) as admin:
+        deadline = time.monotonic() + 30
+        while [c["answer"] for c in admin.transaction(sent["msg_id"])["checkLog"]][:1] != ["UNKNOWN"]:
+            assert time.monotonic() < deadline, admin.transaction(sent["msg_id"])
+            time.sleep(0.1)
+    first.kill()
+    # The check history reaches its journal after each check round (about a second); give it two, then crash.
+    time.sleep(2.5)
+    cluster.kill()
+    cluster.start()
+
+    # A new instance of the group, unaware of the transaction, learns of it from the broker's check and commits it.
+    second = go(
+        ["tx", "--namesrv", ns, "--topic", topic, "--group", pgroup, "--plan", "commit", "--body-prefix", "second-"],
+        ["--check-unplanned", "commit", "--wait-unplanned", "1", "--timeout", "60", "--linger", "2"],
+    )
+    assert second.wait(90) == 0, second.describe()
+    foreign = [c for c in second.of("check") if not c["planned"]]
+    assert {c["transaction_id"] for c in foreign} == {sent["msg_id"]}, foreign
+    assert {c["keys"] for c in foreign} == {"crash-0"} and {c["body"] for c in foreign} == {sent["body"]}
+    assert {c["answer"] for c in foreign} == {"COMMIT"}
+
+    consumer = _consume(go, ns, topic, cgroup, 2)
+    assert consumer.wait(90) == 0, consumer.describe()
+    (second_sent,) = second.of("tx_sent")
+    _assert_exactly_once(consumer.of("received"), {sent["body"], second_sent["body"]})
+    with Admin(ns) as admin:
+        tx = admin.transaction(sent["msg_id"])
+    assert tx["state"] == "COMMITTED" and tx["resolvedBy"] == "check", tx
+    answers = [c["answer"] for c in tx["checkLog"]]
+    assert answers[0] == "UNKNOWN" and answers[-1] == "COMMIT", answers
+    assert set(answers[1:-1]) <= {"UNKNOWN", None}, answers  # None: a check the killed producer never answered

@@ -1,8 +1,9 @@
 // Command txmqgo drives the official Go client (github.com/apache/rocketmq-client-go/v2) against a name server
 // and prints what it saw as JSON lines on stdout, one event per line. It passes no verdicts: pytest does.
 //
-//	txmqgo send    --namesrv ADDR --topic T [--count N] [--body-prefix P] [--tag TAG] [--keys FMT]
+//	txmqgo send    --namesrv ADDR --topic T [--count N] [--mode sync|async|oneway|batch] [--keys FMT] ...
 //	txmqgo tx      --namesrv ADDR --topic T --group G --plan commit,rollback,unknown:commit,unknown:rollback ...
+//	               (a plan item is the local transaction's answer, then after ':' the check-back's answer)
 //	txmqgo consume --namesrv ADDR --topic T --group G [--expect N] [--timeout S] [--linger S]
 //
 // In --keys, "{i}" stands for the message's index. The client's own log goes to stderr.
@@ -132,9 +133,11 @@ func runSend(args []string) int {
 	var c common
 	c.register(fs, "txmqgo_pg")
 	count := fs.Int("count", 1, "messages to send")
-	prefix := fs.String("body-prefix", "go-", "body is PREFIX + index")
+	prefix := fs.String("body-prefix", "go-", "body is PREFIX + index (padded with '.' to --body-size)")
+	bodySize := fs.Int("body-size", 0, "pad each body to this many bytes (the client compresses bodies over 4 KiB)")
 	tag := fs.String("tag", "", "tag")
 	keys := fs.String("keys", "", "keys, {i} is the index, ',' separates several")
+	mode := fs.String("mode", "sync", "sync, async, oneway or batch (one SendSync with every message)")
 	fs.Parse(args)
 	c.check(fs)
 
@@ -150,29 +153,80 @@ func runSend(args []string) int {
 		fail(exitClient, "start producer: %v", err)
 	}
 	defer p.Shutdown()
-	failed := 0
-	for i := 0; i < *count; i++ {
+	msgs := make([]*primitive.Message, *count)
+	for i := range msgs {
 		body := fmt.Sprintf("%s%d", *prefix, i)
-		msg := primitive.NewMessage(c.topic, []byte(body))
+		if len(body) < *bodySize {
+			body += strings.Repeat(".", *bodySize-len(body))
+		}
+		msgs[i] = primitive.NewMessage(c.topic, []byte(body))
 		if *tag != "" {
-			msg.WithTag(*tag)
+			msgs[i].WithTag(*tag)
 		}
 		if k := keysFor(*keys, i); k != nil {
-			msg.WithKeys(k)
+			msgs[i].WithKeys(k)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		res, err := p.SendSync(ctx, msg)
-		cancel()
+	}
+	var mu sync.Mutex
+	failed := 0
+	report := func(body string, res *primitive.SendResult, err error) {
+		mu.Lock()
+		defer mu.Unlock()
 		if err != nil {
 			failed++
 			emit("send_failed", map[string]interface{}{"body": body, "error": err.Error()})
-			continue
+			return
 		}
 		fields := sendResultFields(res)
 		fields["body"] = body
 		emit("sent", fields)
 	}
-	emit("summary", map[string]interface{}{"sent": *count - failed, "failed": failed})
+	timeout := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 10*time.Second)
+	}
+	switch *mode {
+	case "sync":
+		for _, m := range msgs {
+			ctx, cancel := timeout()
+			res, err := p.SendSync(ctx, m)
+			cancel()
+			report(string(m.Body), res, err)
+		}
+	case "async":
+		var wg sync.WaitGroup
+		for _, m := range msgs {
+			body := string(m.Body)
+			wg.Add(1)
+			err := p.SendAsync(context.Background(), func(ctx context.Context, res *primitive.SendResult, err error) {
+				defer wg.Done()
+				report(body, res, err)
+			}, m)
+			if err != nil {
+				wg.Done()
+				report(body, nil, err)
+			}
+		}
+		wg.Wait()
+	case "oneway":
+		for _, m := range msgs {
+			ctx, cancel := timeout()
+			if err := p.SendOneWay(ctx, m); err != nil {
+				report(string(m.Body), nil, err)
+			} else {
+				emit("sent_oneway", map[string]interface{}{"body": string(m.Body)})
+			}
+			cancel()
+		}
+	case "batch":
+		ctx, cancel := timeout()
+		res, err := p.SendSync(ctx, msgs...)
+		cancel()
+		report(fmt.Sprintf("batch of %d", len(msgs)), res, err)
+	default:
+		fmt.Fprintf(os.Stderr, "unknown --mode %q\n", *mode)
+		return exitUsage
+	}
+	emit("summary", map[string]interface{}{"mode": *mode, "count": *count, "failed": failed})
 	if failed > 0 {
 		return exitIncomplete
 	}
@@ -233,10 +287,11 @@ func parsePlan(plan string) ([]step, error) {
 }
 
 type planListener struct {
-	mu      sync.Mutex
-	byBody  map[string]step
-	checked map[string]int // body -> check-backs seen
-	changed chan struct{}
+	mu        sync.Mutex
+	byBody    map[string]step
+	unplanned primitive.LocalTransactionState // the answer to a check of another instance's transaction
+	checked   map[string]int                  // body -> check-backs seen
+	changed   chan struct{}
 }
 
 func (l *planListener) stepFor(body string) (step, bool) {
@@ -265,11 +320,12 @@ func (l *planListener) ExecuteLocalTransaction(msg *primitive.Message) primitive
 func (l *planListener) CheckLocalTransaction(msg *primitive.MessageExt) primitive.LocalTransactionState {
 	body := string(msg.Body)
 	s, ok := l.stepFor(body)
-	state := primitive.UnknowState
+	state := l.unplanned
 	if ok {
 		state = s.check
 	}
 	fields := messageFields(msg)
+	fields["planned"] = ok
 	fields["transaction_id"] = msg.TransactionId
 	fields["property_transaction_id"] = msg.GetProperty(primitive.PropertyTransactionID)
 	fields["producer_group"] = msg.GetProperty(primitive.PropertyProducerGroup)
@@ -306,6 +362,19 @@ func (l *planListener) waitingFor(minChecks int) []string {
 	return waiting
 }
 
+// unplannedChecked counts the transactions of other instances (bodies not in this plan) checked here.
+func (l *planListener) unplannedChecked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for body := range l.checked {
+		if _, ok := l.byBody[body]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
 func runTx(args []string) int {
 	fs := flag.NewFlagSet("tx", flag.ExitOnError)
 	var c common
@@ -317,6 +386,8 @@ func runTx(args []string) int {
 	timeout := fs.Float64("timeout", 60, "seconds to wait for the planned check-backs")
 	linger := fs.Float64("linger", 0, "seconds to stay up after the last planned check-back")
 	waitChecks := fs.Int("wait-checks", 0, "also wait until each UNKNOWN transaction has had this many check-backs")
+	unplanned := fs.String("check-unplanned", "unknown", "answer to checks of transactions not in the plan")
+	waitUnplanned := fs.Int("wait-unplanned", 0, "also wait until this many unplanned transactions were checked")
 	fs.Parse(args)
 	c.check(fs)
 	steps, err := parsePlan(*planText)
@@ -325,7 +396,17 @@ func runTx(args []string) int {
 		return exitUsage
 	}
 
-	listener := &planListener{byBody: map[string]step{}, checked: map[string]int{}, changed: make(chan struct{}, 1)}
+	unplannedState, ok := parseState(*unplanned)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "bad --check-unplanned %q\n", *unplanned)
+		return exitUsage
+	}
+	listener := &planListener{
+		byBody:    map[string]step{},
+		unplanned: unplannedState,
+		checked:   map[string]int{},
+		changed:   make(chan struct{}, 1),
+	}
 	bodies := make([]string, len(steps))
 	for i, s := range steps {
 		bodies[i] = fmt.Sprintf("%s%d-%s", *prefix, i, strings.ReplaceAll(s.name, ":", "-"))
@@ -372,12 +453,15 @@ func runTx(args []string) int {
 
 	deadline := time.After(time.Duration(*timeout * float64(time.Second)))
 	code := exitOK
-	for len(listener.waitingFor(*waitChecks)) > 0 {
+	for len(listener.waitingFor(*waitChecks)) > 0 || listener.unplannedChecked() < *waitUnplanned {
 		select {
 		case <-listener.changed:
 		case <-time.After(100 * time.Millisecond):
 		case <-deadline:
-			emit("timeout", map[string]interface{}{"waiting_for": listener.waitingFor(*waitChecks)})
+			emit("timeout", map[string]interface{}{
+				"waiting_for":       listener.waitingFor(*waitChecks),
+				"unplanned_checked": listener.unplannedChecked(),
+			})
 			code = exitDeadline
 		}
 		if code != exitOK {
@@ -417,6 +501,8 @@ func runConsume(args []string) int {
 	linger := fs.Float64("linger", 0, "seconds to keep consuming after --expect messages, to catch duplicates")
 	tag := fs.String("tag", "*", "subscription expression")
 	fromFirst := fs.Bool("from-first", true, "CONSUME_FROM_FIRST_OFFSET for a new group")
+	failFirst := fs.Bool("fail-first", false, "answer RECONSUME_LATER (or SUSPEND when orderly) on a body's first delivery")
+	orderly := fs.Bool("orderly", false, "an orderly consumer (queue locks on the broker)")
 	fs.Parse(args)
 	c.check(fs)
 
@@ -429,15 +515,31 @@ func runConsume(args []string) int {
 		consumer.WithGroupName(c.group),
 		consumer.WithConsumerModel(consumer.Clustering),
 		consumer.WithConsumeFromWhere(where),
+		consumer.WithConsumerOrder(*orderly),
 	)
 	if err != nil {
 		fail(exitClient, "new push consumer: %v", err)
 	}
 	var mu sync.Mutex
 	received := 0
+	seen := map[string]bool{}
 	reached := make(chan struct{})
 	err = pc.Subscribe(c.topic, consumer.MessageSelector{Type: consumer.TAG, Expression: *tag},
 		func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+			for _, m := range msgs {
+				mu.Lock()
+				first := !seen[string(m.Body)]
+				seen[string(m.Body)] = true
+				mu.Unlock()
+				if *failFirst && first {
+					fields := messageFields(m)
+					emit("failed_once", fields)
+					if *orderly {
+						return consumer.SuspendCurrentQueueAMoment, nil
+					}
+					return consumer.ConsumeRetryLater, nil
+				}
+			}
 			for _, m := range msgs {
 				emit("received", messageFields(m))
 				mu.Lock()
