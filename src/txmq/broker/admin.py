@@ -9,8 +9,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from txmq.broker.fastjson import mq_key, with_object_map
+from txmq.broker.filters import unsupported_remark
 from txmq.broker.subscriptions import SubscriptionGroupConfig
 from txmq.broker.topics import PERM_READ, PERM_WRITE, TopicConfig, retry_topic, validate_topic
+from txmq.errors import FilterExpressionError
+from txmq.filter import is_tag_type
 from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import (
@@ -388,11 +391,28 @@ class AdminProcessor:
         return cmd.response()
 
     def check_client_config(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG (46), sent by Java consumers at start for non-TAG subscriptions: RocketMQ's
+        ClientManageProcessor.checkClientConfig, with its codes and remarks."""
         try:
             raw = orjson.loads(cmd.body) if cmd.body else {}
-        except orjson.JSONDecodeError:
-            raw = {}
-        sub = raw.get("subscriptionData") or {}
-        if str(sub.get("expressionType") or "TAG") != "TAG":
-            return cmd.response(ResponseCode.SYSTEM_ERROR, "only TAG subscriptions are supported")
+        except orjson.JSONDecodeError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"invalid CHECK_CLIENT_CONFIG body: {exc}")
+        sub = raw.get("subscriptionData") if isinstance(raw, dict) else None
+        if not isinstance(sub, dict):
+            return cmd.response()
+        expression_type = sub.get("expressionType")
+        if is_tag_type(expression_type):
+            return cmd.response()
+        if not self.broker.config.enable_property_filter:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, unsupported_remark(str(expression_type)))
+        expression = sub.get("subString")
+        try:
+            self.broker.pull_processor.filters.get(
+                str(raw.get("group") or ""),
+                str(sub.get("topic") or ""),
+                str(expression_type),
+                None if expression is None else str(expression),
+            )
+        except FilterExpressionError as exc:
+            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
         return cmd.response()

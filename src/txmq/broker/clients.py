@@ -53,7 +53,12 @@ class Subscription:
     def parse(
         cls, topic: str, expression: str | None, sub_version: int = 0, expression_type: str = "TAG"
     ) -> Subscription:
-        """Build a TAG subscription from ``A || B``; ``*`` or blank means everything."""
+        """Build a TAG subscription from ``A || B``; ``*`` or blank means everything.
+
+        Any other expression type (SQL92) keeps its expression whole and has no tags: the broker's
+        property filter decides (``txmq.broker.filters``)."""
+        if expression_type not in ("", "TAG"):
+            return cls(topic, expression or "", frozenset(), frozenset(), sub_version, expression_type)
         expr = (expression or "").strip()
         if not expr or expr == SUB_ALL:
             return cls(topic, SUB_ALL, frozenset(), frozenset(), sub_version, expression_type or "TAG")

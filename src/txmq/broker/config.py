@@ -54,6 +54,7 @@ class BrokerConfig:
     broker_topic_enable: bool = True
     broker_permission: int = 6
     long_polling_enable: bool = True
+    enable_property_filter: bool = False  # SQL92 message filters (txmq.filter); RocketMQ's default is off too
     short_polling_time_mills: int = 1000
     region_id: str = "DefaultRegion"
     trace_on: bool = True

@@ -1,4 +1,4 @@
-"""PULL_MESSAGE (11) with tag filtering and long polling."""
+"""PULL_MESSAGE (11) with tag and SQL92 property filtering and long polling."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from txmq.broker.clients import Subscription
-from txmq.errors import ProtocolError
+from txmq.broker.filters import (
+    FILTER_DATA_NOT_EXIST_REMARK,
+    PARSE_FAILED_REMARK,
+    ConsumerFilters,
+    record_filter,
+    unsupported_remark,
+)
+from txmq.errors import FilterExpressionError, ProtocolError
+from txmq.filter import SqlFilter, is_tag_type
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import PullMessageRequestHeader
@@ -42,6 +50,7 @@ class PullOutcome:
 class PullProcessor:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.filters = ConsumerFilters()
 
     def handle(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
         try:
@@ -51,8 +60,8 @@ class PullProcessor:
         checked = self._check(header, cmd)
         if isinstance(checked, RemotingCommand):
             return checked
-        subscription = checked
-        outcome = self.pull(header, subscription)
+        subscription, sql = checked
+        outcome = self.pull(header, subscription, sql)
         if header.sysFlag & FLAG_COMMIT_OFFSET and header.commitOffset >= 0:
             self.broker.offsets.commit(header.consumerGroup, header.topic, header.queueId, header.commitOffset)
         if outcome.code == ResponseCode.PULL_NOT_FOUND and header.sysFlag & FLAG_SUSPEND:
@@ -63,11 +72,23 @@ class PullProcessor:
             )
             loop = asyncio.get_running_loop()
             future: asyncio.Future[RemotingCommand] = loop.create_future()
+            deadline = self.broker.clock.monotonic() + timeout_ms / 1000
 
             def resume() -> None:
                 if future.done():
                     return
-                again = self.pull(header, subscription)
+                again = self.pull(header, subscription, sql)
+                remaining = deadline - self.broker.clock.monotonic()
+                if (
+                    sql is not None
+                    and again.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+                    and again.next_offset >= again.max_offset
+                    and remaining > 0.01  # (a timer may fire a little early)
+                ):
+                    # Only messages the SQL92 filter rejects arrived: keep holding, as RocketMQ's hold service
+                    # does when the new message does not match, and wake again past them.
+                    self.broker.pull_holds.hold(header.topic, header.queueId, again.next_offset, remaining, resume)
+                    return
                 future.set_result(self._respond(cmd, again))
 
             self.broker.pull_holds.hold(header.topic, header.queueId, header.queueOffset, timeout_ms / 1000, resume)
@@ -88,7 +109,9 @@ class PullProcessor:
             outcome.body,
         )
 
-    def _check(self, h: PullMessageRequestHeader, cmd: RemotingCommand) -> Subscription | RemotingCommand:
+    def _check(
+        self, h: PullMessageRequestHeader, cmd: RemotingCommand
+    ) -> tuple[Subscription, SqlFilter | None] | RemotingCommand:
         broker = self.broker
         if not broker.config.broker_permission & 4:
             return cmd.response(
@@ -112,7 +135,18 @@ class PullProcessor:
                 f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:[{cfg.read_queue_nums}]",
             )
         if h.sysFlag & FLAG_SUBSCRIPTION:
-            return Subscription.parse(h.topic, h.subscription, h.subVersion, h.expressionType or "TAG")
+            sub = Subscription.parse(h.topic, h.subscription, h.subVersion, h.expressionType or "TAG")
+            if is_tag_type(h.expressionType):
+                return sub, None
+            if not h.subscription:  # FilterAPI.build: "Expression can't be null!"
+                return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, PARSE_FAILED_REMARK)
+            if not broker.config.enable_property_filter:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, unsupported_remark(sub.expression_type))
+            try:
+                return sub, self.filters.get(h.consumerGroup, h.topic, sub.expression_type, h.subscription)
+            except FilterExpressionError as exc:
+                # RocketMQ (assertions off) would pull unfiltered here; txmq refuses with the parse-failure code
+                return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"{PARSE_FAILED_REMARK}: {exc}")
         info = broker.clients.consumers.get(h.consumerGroup)
         if info is None:
             return cmd.response(
@@ -132,9 +166,17 @@ class PullProcessor:
                 ResponseCode.SUBSCRIPTION_NOT_LATEST,
                 f"the consumer's subscription not latest, group: {h.consumerGroup}",
             )
-        return sub
+        if is_tag_type(sub.expression_type):
+            return sub, None
+        try:
+            sql = self.filters.get(h.consumerGroup, h.topic, sub.expression_type, sub.expression)
+        except FilterExpressionError:
+            return cmd.response(ResponseCode.FILTER_DATA_NOT_EXIST, FILTER_DATA_NOT_EXIST_REMARK)
+        if not broker.config.enable_property_filter:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, unsupported_remark(sub.expression_type))
+        return sub, sql
 
-    def pull(self, h: PullMessageRequestHeader, sub: Subscription) -> PullOutcome:
+    def pull(self, h: PullMessageRequestHeader, sub: Subscription, sql: SqlFilter | None = None) -> PullOutcome:
         """Run one pull against the store and map RocketMQ's getMessage status to a response code."""
         result = self.broker.store.get_messages(
             h.topic,
@@ -143,6 +185,7 @@ class PullProcessor:
             max(1, min(h.maxMsgNums, MAX_TRANSFER_COUNT)),
             MAX_TRANSFER_BYTES,
             None if sub.matches_all else sub.codes,
+            None if sql is None else record_filter(sql),
         )
         status = result.status
         if status is GetStatus.NO_MESSAGE_IN_QUEUE:

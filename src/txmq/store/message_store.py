@@ -1041,9 +1041,11 @@ class MessageStore:
         max_count: int | None = None,
         max_bytes: int | None = None,
         tags_codes: Iterable[int] | None = None,
+        message_filter: Callable[[bytes], bool] | None = None,
     ) -> GetMessageResult:
         """RocketMQ's getMessage: up to ``max_count`` records / ``max_bytes`` from ``offset``, optionally only
-        those whose tagsCode is in ``tags_codes``. Neighbouring records are read in one slice."""
+        those whose tagsCode is in ``tags_codes`` and for whose record bytes ``message_filter`` is true (RocketMQ's
+        ``isMatchedByCommitLog``). Neighbouring records are read in one slice."""
         self._check_readable()
         cfg = self.config
         max_count = cfg.max_transfer_count_on_message_in_memory if max_count is None else max(1, max_count)
@@ -1060,7 +1062,10 @@ class MessageStore:
         if offset > max_off:
             nxt = min_off if min_off == 0 else max_off
             return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, nxt, min_off, max_off)
-        scan = max_count if codes is None else max(16000, max_count * 20)
+        if message_filter is not None:  # RocketMQ reads at most 16 000 bytes of consume queue (800 entries)
+            scan = max(800, max_count)
+        else:
+            scan = max_count if codes is None else max(16000, max_count * 20)
         entries = self.read_consume_queue(topic, queue_id, offset, scan)
         if not entries:
             return GetMessageResult(GetStatus.OFFSET_FOUND_NULL, offset, min_off, max_off)
@@ -1076,6 +1081,10 @@ class MessageStore:
                 continue
             if codes is not None and code not in codes:
                 continue
+            if message_filter is not None:
+                data = self.commit_log.read(phys, size)
+                if data is None or not message_filter(data):
+                    continue
             picked.append((phys, size))
             total += size
         buffers = self.commit_log.read_many(picked) if picked else []
