@@ -11,9 +11,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import orjson
+import pytest
 
 from txmq.client import Message
-from txmq.client.sync import Producer
+from txmq.client.sync import Producer, PullConsumer
+from txmq.errors import MQBrokerError
 from txmq.net import Connection, connect
 from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand
@@ -165,6 +167,20 @@ async def test_sql92_pulls_return_only_matching_messages(make_cluster) -> None:
         assert (ok.code, ok.remark) == (ResponseCode.SUCCESS, None)
     finally:
         conn.close()
+
+    # txmq's own pull consumer with an SQL92 expression
+    await asyncio.to_thread(_pull_with_txmq_client, cluster)
+
+
+def _pull_with_txmq_client(cluster: object) -> None:
+    with PullConsumer("CG_PY", cluster.namesrv_addr) as c:  # type: ignore[attr-defined]
+        mq = next(q for q in c.fetch_queues("SqlTopic") if q.queue_id == 0)
+        result = c.pull(mq, "a >= 7 OR TAGS = 'TagA' AND b = 'y'", 0, expression_type="SQL92")
+        assert [m.body for m in result.messages] == [b"m1", b"m3", b"m7", b"m8", b"m9"]
+        assert [m.properties["a"] for m in result.messages] == ["1", "3", "7", "8", "9"]
+        with pytest.raises(MQBrokerError) as refused:
+            c.pull(mq, "a >", 0, expression_type="SQL92")
+        assert refused.value.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
 
 
 async def test_a_held_sql92_pull_waits_past_messages_that_do_not_match(make_cluster) -> None:

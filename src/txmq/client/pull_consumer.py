@@ -150,9 +150,12 @@ class PullConsumer:
         offset: int = 0,
         max_nums: int = 32,
         timeout: float | None = None,
+        *,
+        expression_type: str = "TAG",
     ) -> PullResult:
-        """Read up to ``max_nums`` messages of ``mq`` from ``offset`` matching the tag ``expression``; no waiting."""
-        return await self._pull(mq, expression, offset, max_nums, block=False, timeout=timeout)
+        """Read up to ``max_nums`` messages of ``mq`` from ``offset`` matching ``expression`` (tags, or an SQL92
+        selector with ``expression_type="SQL92"`` on a broker with ``enablePropertyFilter``); no waiting."""
+        return await self._pull(mq, expression, offset, max_nums, block=False, timeout=timeout, type_=expression_type)
 
     async def pull_blocking(
         self,
@@ -161,18 +164,28 @@ class PullConsumer:
         offset: int = 0,
         max_nums: int = 32,
         timeout: float | None = None,
+        *,
+        expression_type: str = "TAG",
     ) -> PullResult:
         """Like :meth:`pull`, but the broker holds the request (long poll) until a message arrives or it gives up."""
-        return await self._pull(mq, expression, offset, max_nums, block=True, timeout=timeout)
+        return await self._pull(mq, expression, offset, max_nums, block=True, timeout=timeout, type_=expression_type)
 
     async def _pull(
-        self, mq: MessageQueue, expression: str, offset: int, max_nums: int, *, block: bool, timeout: float | None
+        self,
+        mq: MessageQueue,
+        expression: str,
+        offset: int,
+        max_nums: int,
+        *,
+        block: bool,
+        timeout: float | None,
+        type_: str = "TAG",
     ) -> PullResult:
         if offset < 0:
             raise MQClientError(f"offset must be >= 0, got {offset}")
         if max_nums <= 0:
             raise MQClientError(f"max_nums must be positive, got {max_nums}")
-        sub = Subscription.parse(mq.topic, expression, 0)
+        sub = Subscription.parse(mq.topic, expression, 0, type_)
         suspend_ms = int(self.broker_suspend_max_time * 1000) if block else 0
         header = PullMessageRequestHeader(
             consumerGroup=self.group,

@@ -1,4 +1,4 @@
-"""Tag subscriptions: parsing ``"TagA || TagB"`` and the SubscriptionData JSON heartbeats carry (no IO)."""
+"""Subscriptions: tags (``"TagA || TagB"``) or SQL92 selectors, and the SubscriptionData JSON heartbeats carry."""
 
 from __future__ import annotations
 
@@ -21,9 +21,14 @@ class Subscription:
 
     @classmethod
     def parse(cls, topic: str, expression: str | None, sub_version: int, expression_type: str = "TAG") -> Subscription:
-        """``*`` or blank subscribes to everything; otherwise tags separated by ``||``."""
+        """``*`` or blank subscribes to everything; otherwise tags separated by ``||``. With ``SQL92`` the
+        expression is a selector over message properties that the broker evaluates (``docs/filters.md``)."""
+        if expression_type == "SQL92":
+            if not (expression or "").strip():
+                raise MQClientError("an SQL92 subscription needs an expression, such as a > 5")
+            return cls(topic, expression or "", frozenset(), sub_version, expression_type)
         if expression_type != "TAG":
-            raise MQClientError(f"only TAG subscriptions are supported, not {expression_type}")
+            raise MQClientError(f"subscriptions are TAG or SQL92, not {expression_type}")
         expr = (expression or "").strip()
         if not expr or expr == SUB_ALL:
             return cls(topic, SUB_ALL, frozenset(), sub_version)

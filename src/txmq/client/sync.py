@@ -170,14 +170,32 @@ class PullConsumer(_Blocking):
         return self._portal.run(self._async.fetch_queues(topic))
 
     def pull(
-        self, mq: MessageQueue, expression: str = "*", offset: int = 0, max_nums: int = 32, timeout: float | None = None
+        self,
+        mq: MessageQueue,
+        expression: str = "*",
+        offset: int = 0,
+        max_nums: int = 32,
+        timeout: float | None = None,
+        *,
+        expression_type: str = "TAG",
     ) -> PullResult:
-        return self._portal.run(self._async.pull(mq, expression, offset, max_nums, timeout))
+        return self._portal.run(
+            self._async.pull(mq, expression, offset, max_nums, timeout, expression_type=expression_type)
+        )
 
     def pull_blocking(
-        self, mq: MessageQueue, expression: str = "*", offset: int = 0, max_nums: int = 32, timeout: float | None = None
+        self,
+        mq: MessageQueue,
+        expression: str = "*",
+        offset: int = 0,
+        max_nums: int = 32,
+        timeout: float | None = None,
+        *,
+        expression_type: str = "TAG",
     ) -> PullResult:
-        return self._portal.run(self._async.pull_blocking(mq, expression, offset, max_nums, timeout))
+        return self._portal.run(
+            self._async.pull_blocking(mq, expression, offset, max_nums, timeout, expression_type=expression_type)
+        )
 
     def update_offset(self, mq: MessageQueue, offset: int) -> None:
         self._portal.run(self._async.update_offset(mq, offset))
