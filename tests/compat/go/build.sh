@@ -9,7 +9,10 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 # -mod=readonly: go.mod and go.sum are the pin; a build never rewrites them.
 export GOFLAGS="${GOFLAGS:-} -mod=readonly"
-go mod download
+if ! go mod download; then
+    echo "build.sh: could not download the pinned modules (GOPROXY=$(go env GOPROXY)); not building" >&2
+    exit 1
+fi
 mkdir -p bin
 go build -o bin/txmqgo ./cmd/txmqgo
 echo "built $(pwd)/bin/txmqgo with $(go list -m github.com/apache/rocketmq-client-go/v2)"
