@@ -94,6 +94,20 @@ async def test_send_then_pull_and_long_poll_wakes_on_new_message(txmq_cluster) -
     conn.close()
 
 
+async def test_lite_pull_message_is_a_pull_by_another_code(txmq_cluster) -> None:
+    """RocketMQ 5 clients' DefaultLitePullConsumer pulls with LITE_PULL_MESSAGE (361), the same header and reply as
+    PULL_MESSAGE; the Java broker serves both with one processor."""
+    conn = await connect(*_addr(txmq_cluster.broker_addr))
+    topic = f"LitePull{random.randrange(1 << 30)}"
+    assert (await conn.request(send_cmd(topic, b"lite", props={"TAGS": "A"}), timeout=5)).code == 0
+    lite = pull_cmd(topic, 0, 0)
+    lite = RemotingCommand.request(RequestCode.LITE_PULL_MESSAGE, lite.ext_fields)
+    resp = await conn.request(lite, timeout=5)
+    assert resp.code == ResponseCode.SUCCESS and [r.body for r in decode_records(resp.body)] == [b"lite"]
+    assert resp.ext_fields["nextBeginOffset"] == "1"
+    conn.close()
+
+
 async def test_send_errors_use_rocketmq_codes(txmq_cluster) -> None:
     conn = await connect(*_addr(txmq_cluster.broker_addr))
     bad = await conn.request(send_cmd("bad topic!", b"x"), timeout=5)

@@ -139,7 +139,7 @@ def resources_for(cmd: RemotingCommand) -> list[tuple[str, int]]:
             out.append((topic, perm.PUB))
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         out.append((_retry(ext.get("group")), perm.SUB))
-    elif code == RequestCode.PULL_MESSAGE:
+    elif code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):
         out.append((ext.get("topic"), perm.SUB))
         out.append((_retry(ext.get("consumerGroup")), perm.SUB))
     elif code == RequestCode.QUERY_MESSAGE:

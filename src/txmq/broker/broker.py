@@ -103,6 +103,7 @@ class Broker:
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             d.register(code, self.send_processor.handle)
         d.register(RequestCode.PULL_MESSAGE, self.pull_processor.handle)
+        d.register(RequestCode.LITE_PULL_MESSAGE, self.pull_processor.handle)
         for code, handler in self.admin.handlers().items():
             d.register(code, handler)
         d.register(RequestCode.END_TRANSACTION, self.transactions.end_transaction)

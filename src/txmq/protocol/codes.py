@@ -75,6 +75,7 @@ class RequestCode(enum.IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
+    LITE_PULL_MESSAGE = 361  # RocketMQ 5 clients' DefaultLitePullConsumer: PULL_MESSAGE by another code
 
 
 class ResponseCode(enum.IntEnum):
