@@ -156,14 +156,16 @@ def test_go_transactions_commit_rollback_and_answered_check_backs(txmq_cluster, 
     checks = producer.of("check")
     checked = _bodies(checks)
     unknown = {b for b, it in item.items() if it.startswith("unknown")}
-    assert set(checked) == unknown, f"checked {dict(checked)}, expected exactly the UNKNOWN ones {sorted(unknown)}"
+    # Every UNKNOWN one is checked. A decided one is normally not (its END_TRANSACTION came first); should a stalled
+    # machine let a check overtake it, the admin view below still says the producer decided it.
+    assert unknown <= set(checked), f"checked {dict(checked)}, expected every UNKNOWN one {sorted(unknown)}"
     for check in checks:
         body = check["body"]
         assert check["transaction_id"] == sent[body]["msg_id"], check
         assert check["keys"] == sent[body]["keys"], check
         assert check["topic"] == topic and check["tags"] == "TxTag", check
         assert check["producer_group"] == pgroup, check
-        assert check["answer"] == item[body].split("-")[1].upper(), check
+        assert check["answer"] == item[body].split("-")[-1].upper(), check
 
     committed = {b for b, it in item.items() if it in ("commit", "unknown-commit")}
     consumer = _consume(go, ns, topic, cgroup, len(committed))
@@ -185,7 +187,8 @@ def test_go_transactions_commit_rollback_and_answered_check_backs(txmq_cluster, 
             assert tx["resolvedBy"] == ("check" if body in unknown else "producer"), tx
             assert tx["deliveredMsgId"] == (delivered[body]["offset_msg_id"] if body in committed else None), tx
             answers = [c["answer"] for c in tx["checkLog"]]
-            assert answers == ([item[body].split("-")[1].upper()] if body in unknown else []), tx
+            decision = item[body].split("-")[-1].upper()
+            assert set(answers) <= {decision, None} and (body not in unknown or decision in answers), tx
     # The operator's command line shows the same, found by the id the Go client knows.
     for body in (b for b in unknown):
         shown = _admin_cli(ns, "show", sent[body]["msg_id"])
