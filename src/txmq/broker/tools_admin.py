@@ -90,10 +90,11 @@ class TpsSampler:
         self._samples.append((now, put_total, get_total))
 
     def _rate(self, index: int, window: int) -> str:
-        # RocketMQ leaves a window blank until it has that many samples.
-        if len(self._samples) <= window:
-            return ""
-        first, last = self._samples[-(window + 1)], self._samples[-1]
+        # RocketMQ leaves a window blank until it has that many samples, and clusterList then fails to parse it;
+        # txmq reports the rate over the samples it has instead (0.00 with fewer than two).
+        if len(self._samples) < 2:
+            return "0.00"
+        first, last = self._samples[-min(window + 1, len(self._samples))], self._samples[-1]
         elapsed = last[0] - first[0]
         return f"{(last[index] - first[index]) / elapsed:.2f}" if elapsed > 0 else "0.00"
 
@@ -109,7 +110,7 @@ class TpsSampler:
             "getTransferedTps": get,  # sic: RocketMQ's spelling
             "getTotalTps": get,
             "getFoundTps": get,
-            "getMissTps": " ".join("0.00" if r else "" for r in get.split(" ")),
+            "getMissTps": " ".join("0.00" for _ in TPS_WINDOWS),
         }
 
 
