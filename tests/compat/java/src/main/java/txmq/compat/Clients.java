@@ -56,7 +56,8 @@ final class Clients {
             "body", Out.body(m.getBody()), "msgId", m.getMsgId(), "topic", m.getTopic(), "tags", m.getTags(),
             "keys", m.getKeys(), "queueId", m.getQueueId(), "queueOffset", m.getQueueOffset(),
             "reconsumeTimes", m.getReconsumeTimes(), "bornHost", String.valueOf(m.getBornHostString()),
-            "properties", m.getProperties(), "storeTimestamp", m.getStoreTimestamp()
+            "properties", m.getProperties(), "storeTimestamp", m.getStoreTimestamp(),
+            "bornTimestamp", m.getBornTimestamp(), "bodyLength", m.getBody() == null ? 0 : m.getBody().length
         };
     }
 

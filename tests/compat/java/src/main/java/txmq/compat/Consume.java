@@ -125,8 +125,10 @@ final class Consume {
             Collection<MessageQueue> queues = c.fetchMessageQueues(topic);
             List<MessageQueue> assigned = new ArrayList<>(queues);
             c.assign(assigned);
+            long since = a.longer("seek-timestamp", -1);
             for (MessageQueue q : assigned) {
-                c.seek(q, 0);
+                // SEARCH_OFFSET_BY_TIMESTAMP: the first message stored at or after that instant.
+                c.seek(q, since < 0 ? 0 : c.offsetForTimestamp(q, since));
             }
             Out.event("assigned", "queues", assigned.size());
         } else {
