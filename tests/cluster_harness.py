@@ -95,7 +95,9 @@ class DevCluster:
                 tail = "\n".join(self.output[-40:])
                 self.stop()
                 raise RuntimeError(f"txmq dev did not start:\n{tail}")
-        self._wait_for_route("TBW102", deadline)
+        # TBW102 exists only with autoCreateTopicEnable; the cluster's own topic is there either way.
+        auto_create = self.conf.get("autoCreateTopicEnable", "true").lower() != "false"
+        self._wait_for_route("TBW102" if auto_create else self.conf.get("brokerClusterName", "DefaultCluster"), deadline)
         return self
 
     def _wait_for_route(self, topic: str, deadline: float) -> None:
