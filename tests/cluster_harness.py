@@ -97,7 +97,8 @@ class DevCluster:
                 raise RuntimeError(f"txmq dev did not start:\n{tail}")
         # TBW102 exists only with autoCreateTopicEnable; the cluster's own topic is there either way.
         auto_create = self.conf.get("autoCreateTopicEnable", "true").lower() != "false"
-        self._wait_for_route("TBW102" if auto_create else self.conf.get("brokerClusterName", "DefaultCluster"), deadline)
+        cluster_topic = self.conf.get("brokerClusterName", "DefaultCluster")
+        self._wait_for_route("TBW102" if auto_create else cluster_topic, deadline)
         return self
 
     def _wait_for_route(self, topic: str, deadline: float) -> None:
