@@ -292,13 +292,13 @@ class AdminProcessor:
             cfg = broker.topics.get(topic)
             if cfg is None:
                 continue
-            stored = broker.offsets.offsets_of(h.consumerGroup, topic)
-            for qid in range(cfg.read_queue_nums):
-                consumer_offset = stored.get(qid, 0)
             # As in RocketMQ: while the group is online, only the topics it subscribes to are reported.
             online = broker.clients.consumers.get(h.consumerGroup)
             if online is not None and online.channels and online.subscriptions and topic not in online.subscriptions:
                 continue
+            stored = broker.offsets.offsets_of(h.consumerGroup, topic)
+            for qid in range(cfg.read_queue_nums):
+                consumer_offset = stored.get(qid, 0)
                 last = 0
                 if 0 < consumer_offset <= broker.store.max_offset(topic, qid):
                     last = broker.store.store_time_at(topic, qid, consumer_offset - 1) or 0
