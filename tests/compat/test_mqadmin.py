@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from cluster_harness import DevCluster
-from conftest import TEST_BROKER_CONF
 from listeners import Collector
 from txmq.client import Message
 from txmq.client.sync import Admin, Producer, PushConsumer
@@ -160,8 +159,8 @@ def test_get_broker_config_by_broker_and_by_cluster(mqadmin: Callable[..., Run],
     assert config["brokerName"] == "broker-a"
     assert config["brokerClusterName"] == "DefaultCluster"
     assert config["listenPort"] == str(txmq_cluster.broker_port)
-    assert config["messageDelayLevel"] == TEST_BROKER_CONF["messageDelayLevel"]
-    assert config["mappedFileSizeCommitLog"] == TEST_BROKER_CONF["mappedFileSizeCommitLog"]
+    assert config["messageDelayLevel"] == txmq_cluster.conf["messageDelayLevel"]
+    assert config["mappedFileSizeCommitLog"] == txmq_cluster.conf["mappedFileSizeCommitLog"]
     assert config["flushDiskType"] == "SYNC_FLUSH"
 
     by_cluster = mqadmin("getBrokerConfig", "-c", "DefaultCluster").ok().stdout
