@@ -295,9 +295,10 @@ def test_go_consumer_gets_a_message_again_after_reconsume_later(txmq_cluster, go
     sender = run_go(["send", "--namesrv", ns, "--topic", topic, "--count", 4, "--body-prefix", "r-"], timeout=60)
     assert sender.returncode == 0, sender.describe()
     ids = {e["body"]: e["msg_id"] for e in sender.of("sent")}
-    # The Go client reads %RETRY%group's route before its first heartbeat (which makes the topic, here as on a Java
-    # broker) and then only every 30 s, rebalancing every 20 s: a new group's retries can wait up to ~50 s. Making
-    # the retry topic first, as an operator would, keeps this test short; the send-back path is the same.
+    # The first heartbeat makes %RETRY%group (here as on a Java broker), but the Go client rebalances on the
+    # broker's notification before its route refresh (10 ms after start, then every 30 s) has seen that topic, so
+    # a new group's retries often wait for the next rebalance, 20 s later. Making the retry topic first, as an
+    # operator would, keeps this test short; the send-back path is the same.
     with Admin(ns) as admin:
         admin.create_topic(
             f"%RETRY%{group}", broker_addr=txmq_cluster.broker_addr, read_queue_nums=1, write_queue_nums=1

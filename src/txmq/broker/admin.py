@@ -84,7 +84,7 @@ class AdminProcessor:
 
     # -- clients
 
-    def heartbeat(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    def heartbeat(self, conn: Any, cmd: RemotingCommand) -> Any:
         try:
             data = orjson.loads(cmd.body) if cmd.body else {}
         except orjson.JSONDecodeError as exc:
@@ -102,8 +102,6 @@ class AdminProcessor:
             if sub is not None and sub.retry_queue_nums > 0:
                 _, made = broker.topics.ensure(retry_topic(group), sub.retry_queue_nums, PERM_READ | PERM_WRITE)
                 created = created or made
-        if created:
-            broker.topic_changed()
         for group in result.changed_groups:
             broker.notify_consumer_ids_changed(group)
         attrs = getattr(conn, "attributes", None)
@@ -112,6 +110,14 @@ class AdminProcessor:
             if not attrs.get("broker.watched"):
                 attrs["broker.watched"] = True
                 conn.add_close_callback(broker.connection_closed)
+        if created:
+            # Java registers a retry topic it made before answering (createTopicInSendMessageBackMethod ->
+            # registerBrokerAll), so a client asking for its route next, as the Go client does, finds it.
+            return self._answer_once_registered(cmd)
+        return cmd.response()
+
+    async def _answer_once_registered(self, cmd: RemotingCommand) -> RemotingCommand:
+        await self.broker.register_now()
         return cmd.response()
 
     def unregister_client(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:

@@ -231,6 +231,16 @@ class Broker:
             loop = asyncio.get_running_loop()
             self._register_soon = loop.call_soon(lambda: asyncio.ensure_future(self._register_once()))
 
+    async def register_now(self, timeout: float = 3.0) -> None:
+        """Register with the name servers and wait until they answered (at most ``timeout`` s; past it the
+        registration goes on in the background)."""
+        if not self._tasks:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._register_once()), timeout)
+        except TimeoutError:
+            log.warning("registering with the name servers took over %.1fs; answering without waiting", timeout)
+
     async def _register_loop(self) -> None:
         while True:
             await self._register_once()
