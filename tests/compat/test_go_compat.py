@@ -416,3 +416,24 @@ def test_unknown_go_transaction_survives_a_broker_crash_and_another_instance_com
     answers = [c["answer"] for c in tx["checkLog"]]
     assert answers[0] == "UNKNOWN" and answers[-1] == "COMMIT", answers
     assert set(answers[1:-1]) <= {"UNKNOWN", None}, answers  # None: a check the killed producer never answered
+
+
+def test_go_admin_creates_a_topic_and_a_push_consumer_starts_on_it_at_once(txmq_cluster, go) -> None:
+    ns = txmq_cluster.namesrv_addr
+    topic, group = _name("GoCreated"), _name("GoCreatedCG")
+    # UPDATE_AND_CREATE_TOPIC from the Go admin client, then at once a push consumer, which refuses to start on a
+    # topic the name server cannot route.
+    consumer = go(
+        ["consume", "--namesrv", ns, "--topic", topic, "--group", group, "--create-topic", txmq_cluster.broker_addr],
+        ["--expect", "5", "--timeout", "60", "--linger", "2"],
+    )
+    consumer.wait_for(lambda e: e.get("event") == "started", 30)
+    (created,) = consumer.of("topic_created")
+    assert created["topic"] == topic
+    with Admin(ns) as admin:
+        route = admin.topic_route(topic)
+    assert [(q.read_queue_nums, q.write_queue_nums) for q in route.queue_datas] == [(4, 4)]
+    sender = run_go(["send", "--namesrv", ns, "--topic", topic, "--count", 5, "--body-prefix", "c-"], timeout=60)
+    assert sender.returncode == 0, sender.describe()
+    assert consumer.wait(90) == 0, consumer.describe()
+    _assert_exactly_once(consumer.of("received"), {f"c-{i}" for i in range(5)})

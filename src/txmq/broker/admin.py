@@ -237,7 +237,7 @@ class AdminProcessor:
 
     # -- topics
 
-    def create_topic(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    def create_topic(self, _conn: Any, cmd: RemotingCommand) -> Any:
         h = CreateTopicRequestHeader.from_ext(cmd.ext_fields)
         problem = validate_topic(h.topic)
         if problem is not None:
@@ -251,8 +251,9 @@ class AdminProcessor:
                 h.topic, h.readQueueNums, h.writeQueueNums, h.perm, h.topicFilterType, h.topicSysFlag or 0, h.order
             )
         )
-        self.broker.topic_changed()
-        return cmd.response()
+        # Java answers once the name servers have the route (registerIncrementBrokerData waits for them), so a
+        # client may subscribe right after creating the topic (the Go push consumer fails to start without a route).
+        return self._answer_once_registered(cmd)
 
     def delete_topic(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         topic = TopicHeader.from_ext(cmd.ext_fields).topic

@@ -4,7 +4,7 @@
 //	txmqgo send    --namesrv ADDR --topic T [--count N] [--mode sync|async|oneway|batch] [--keys FMT] ...
 //	txmqgo tx      --namesrv ADDR --topic T --group G --plan commit,rollback,unknown:commit,unknown:rollback ...
 //	               (a plan item is the local transaction's answer, then after ':' the check-back's answer)
-//	txmqgo consume --namesrv ADDR --topic T --group G [--expect N] [--timeout S] [--linger S]
+//	txmqgo consume --namesrv ADDR --topic T --group G [--expect N] [--timeout S] [--linger S] [--create-topic BROKER]
 //
 // In --keys, "{i}" stands for the message's index. The client's own log goes to stderr.
 package main
@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
@@ -503,8 +504,22 @@ func runConsume(args []string) int {
 	fromFirst := fs.Bool("from-first", true, "CONSUME_FROM_FIRST_OFFSET for a new group")
 	failFirst := fs.Bool("fail-first", false, "answer RECONSUME_LATER (or SUSPEND when orderly) on a body's first delivery")
 	orderly := fs.Bool("orderly", false, "an orderly consumer (queue locks on the broker)")
+	createOn := fs.String("create-topic", "", "first create the topic on this broker address with the Go admin client")
 	fs.Parse(args)
 	c.check(fs)
+	if *createOn != "" {
+		a, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(c.nameservers())))
+		if err != nil {
+			fail(exitClient, "new admin: %v", err)
+		}
+		err = a.CreateTopic(context.Background(), admin.WithTopicCreate(c.topic), admin.WithBrokerAddrCreate(*createOn),
+			admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4))
+		a.Close()
+		if err != nil {
+			fail(exitClient, "create topic: %v", err)
+		}
+		emit("topic_created", map[string]interface{}{"topic": c.topic, "broker": *createOn})
+	}
 
 	where := consumer.ConsumeFromLastOffset
 	if *fromFirst {
