@@ -53,11 +53,44 @@ class DevCluster:
     def start(self, timeout: float = 30.0) -> DevCluster:
         if not self.namesrv_port:
             self.namesrv_port = free_port()
+        if not self.broker_port:
             self.broker_port = free_port()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         conf_path = self.data_dir / "broker.conf"
         conf_path.write_text("".join(f"{k}={v}\n" for k, v in self.conf.items()))
-        cmd = [
+        cmd = self._command(conf_path)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
+        ready = threading.Event()
+
+        def pump(proc: subprocess.Popen[str]) -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                self.output.append(line.rstrip("\n"))
+                if self.ready_line in line:
+                    ready.set()
+
+        threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = "\n".join(self.output[-40:])
+                self.stop()
+                raise RuntimeError(f"{cmd[3:5]} did not start:\n{tail}")
+        self._wait_for_route(self._ready_topic(), deadline)
+        return self
+
+    ready_line = READY_LINE
+
+    def _ready_topic(self) -> str:
+        # TBW102 exists only with autoCreateTopicEnable; the cluster's own topic is there either way.
+        auto_create = self.conf.get("autoCreateTopicEnable", "true").lower() != "false"
+        return "TBW102" if auto_create else self.conf.get("brokerClusterName", "DefaultCluster")
+
+    def _command(self, conf_path: Path) -> list[str]:
+        return [
             sys.executable,
             "-m",
             "txmq",
@@ -75,31 +108,6 @@ class DevCluster:
             "-c",
             str(conf_path),
         ]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
-        )
-        ready = threading.Event()
-
-        def pump(proc: subprocess.Popen[str]) -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                self.output.append(line.rstrip("\n"))
-                if READY_LINE in line:
-                    ready.set()
-
-        threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while not ready.wait(0.05):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = "\n".join(self.output[-40:])
-                self.stop()
-                raise RuntimeError(f"txmq dev did not start:\n{tail}")
-        # TBW102 exists only with autoCreateTopicEnable; the cluster's own topic is there either way.
-        auto_create = self.conf.get("autoCreateTopicEnable", "true").lower() != "false"
-        cluster_topic = self.conf.get("brokerClusterName", "DefaultCluster")
-        self._wait_for_route("TBW102" if auto_create else cluster_topic, deadline)
-        return self
 
     def _wait_for_route(self, topic: str, deadline: float) -> None:
         """The broker registers asynchronously; wait until the name server can route its topics."""
@@ -145,3 +153,34 @@ class DevCluster:
     def log_text(self) -> str:
         path = self.data_dir / "txmq.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+@dataclass
+class ExtraBroker(DevCluster):
+    """One more broker (``txmq broker``) that registers with a running cluster's name server (``namesrv_port``);
+    its ``conf`` names it (``brokerName``)."""
+
+    ready_line = "txmq broker "
+
+    def _ready_topic(self) -> str:
+        return self.conf["brokerName"]  # brokerTopicEnable: each broker routes a topic named after itself
+
+    def _command(self, conf_path: Path) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "txmq",
+            "--log-file",
+            str(self.data_dir / "txmq.log"),
+            "broker",
+            "-c",
+            str(conf_path),
+            "--host",
+            "127.0.0.1",
+            "-n",
+            self.namesrv_addr,
+            "-p",
+            str(self.broker_port),
+            "--store",
+            str(self.data_dir / "store"),
+        ]

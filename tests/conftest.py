@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_harness import DevCluster
+from cluster_harness import DevCluster, ExtraBroker
 
 # A short retry table so that retry and DLQ tests take seconds.
 TEST_BROKER_CONF = {
@@ -40,3 +40,22 @@ def make_cluster(tmp_path: Path) -> Iterator[object]:
     yield make
     for cluster in made:
         cluster.kill()
+
+
+@pytest.fixture
+def add_broker(tmp_path: Path) -> Iterator[object]:
+    """Starts one more broker process (``txmq broker``) in a running cluster, registered with its name server."""
+    made: list[ExtraBroker] = []
+
+    def add(cluster: DevCluster, broker_name: str, conf: dict[str, str] | None = None) -> ExtraBroker:
+        extra = ExtraBroker(
+            tmp_path / broker_name,
+            {**TEST_BROKER_CONF, "brokerName": broker_name, "brokerIP1": "127.0.0.1", **(conf or {})},
+            namesrv_port=cluster.namesrv_port,
+        )
+        made.append(extra)
+        return extra.start()
+
+    yield add
+    for broker in made:
+        broker.kill()

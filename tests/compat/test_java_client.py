@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from txmq.client.sync import Admin
+
 from .java_client import LINES, JavaProcess, named, run_java
 
 pytestmark = pytest.mark.slow
@@ -115,7 +117,8 @@ def test_a_killed_producer_is_answered_for_by_a_second_jvm(txmq_cluster: Any, li
     assert "COMMITTED" in txmq_admin(ns, "tx", "show", executed["transactionId"])
 
 
-def test_check_immunity_and_check_times_properties(make_cluster: Any) -> None:
+@pytest.mark.parametrize("line", LINES)
+def test_check_immunity_and_check_times_properties(make_cluster: Any, line: str) -> None:
     """CHECK_IMMUNITY_TIME_IN_SECONDS postpones the first check; a TRANSACTION_CHECK_TIMES the application set counts
     toward transactionCheckMax (here 3), so the message is checked once more and then discarded."""
     cluster = make_cluster({"transactionCheckMax": "3"}, name="checkmax")
@@ -123,17 +126,17 @@ def test_check_immunity_and_check_times_properties(make_cluster: Any) -> None:
     topic, group = _name("JTxImm"), _name("JTxImmPG")
     started = time.time()
     events = run_java(
-        "v4", "tx-produce", "--namesrv", ns, "--topic", topic, "--group", group, "--plan", "UNKNOWN>COMMIT",
+        line, "tx-produce", "--namesrv", ns, "--topic", topic, "--group", group, "--plan", "UNKNOWN>COMMIT",
         "--prop", "CHECK_IMMUNITY_TIME_IN_SECONDS=4", "--linger", "60",
     )  # fmt: skip
     [check] = named(events, "checked")
     assert check["storeTimestamp"] / 1000 + 4 <= time.time()
     assert time.time() - started >= 4
-    assert bodies(consume("v4", ns, topic, 1)) == {"m-0": 1}
+    assert bodies(consume(line, ns, topic, 1)) == {"m-0": 1}
 
     topic = _name("JTxMax")
     events = run_java(
-        "v4", "tx-produce", "--namesrv", ns, "--topic", topic, "--group", group, "--plan", "UNKNOWN",
+        line, "tx-produce", "--namesrv", ns, "--topic", topic, "--group", group, "--plan", "UNKNOWN",
         "--prop", "TRANSACTION_CHECK_TIMES=2", "--linger", "6",
     )  # fmt: skip
     checks = named(events, "checked")
@@ -172,3 +175,28 @@ def test_seed_transaction_listener_producer(txmq_cluster: Any, line: str) -> Non
     received = consume(line, ns, topic, len(committed))
     assert bodies(received) == dict.fromkeys(committed, 1)
     assert {e["tags"] for e in received} <= {"TagA", "TagB", "TagC", "TagD", "TagE"}
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_transactions_across_two_brokers(make_cluster: Any, add_broker: Any, line: str) -> None:
+    """A topic on two brokers: half messages land on both, each END_TRANSACTION and each check-back is between the
+    producer and the broker holding that half, and the consumer reads the committed ones from both."""
+    cluster = make_cluster(name="two")
+    add_broker(cluster, "broker-b")
+    ns = cluster.namesrv_addr
+    topic, group = _name("JTx2"), _name("JTx2PG")
+    with Admin(ns) as admin:
+        admin.create_topic(topic, cluster="DefaultCluster")
+        assert {q.broker_name for q in admin.topic_route(topic).queue_datas} == {"broker-a", "broker-b"}
+    events = run_java(
+        line, "tx-produce", "--namesrv", ns, "--topic", topic, "--group", group,
+        "--plan", "COMMIT,ROLLBACK,UNKNOWN>COMMIT,UNKNOWN>ROLLBACK", "--count", "16", "--linger", "60",
+    )  # fmt: skip
+    sent = named(events, "sent")
+    assert {e["broker"] for e in sent} == {"broker-a", "broker-b"}, sent
+    assert named(events, "summary")[0]["finalChecks"] == 8, events
+    committed = {f"m-{i}" for i in range(16) if i % 4 in (0, 2)}
+    assert bodies(consume(line, ns, topic, len(committed))) == dict.fromkeys(committed, 1)
+    on_b = next(e for e in sent if e["broker"] == "broker-b" and e["i"] % 4 == 2)
+    shown = txmq_admin(ns, "tx", "show", on_b["msgId"])
+    assert "broker-b" in shown and "COMMITTED" in shown, shown

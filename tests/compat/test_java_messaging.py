@@ -91,17 +91,18 @@ def test_an_oversized_body_is_refused_with_the_clients_usual_exception(txmq_clus
     assert named(run_java(line, "produce", "--namesrv", ns, "--topic", topic), "sent")[0]["status"] == "SEND_OK"
 
 
-def test_clustering_consumers_share_and_broadcasting_consumers_each_get_all(txmq_cluster: Any) -> None:
+@pytest.mark.parametrize("line", LINES)
+def test_clustering_consumers_share_and_broadcasting_consumers_each_get_all(txmq_cluster: Any, line: str) -> None:
     ns = txmq_cluster.namesrv_addr
     topic, group = _name("JShare"), _name("JShareCG")
     args = ["--namesrv", ns, "--topic", topic, "--group", group, "--timeout", "40", "--settle", "2000"]
     # Two members of one group: 20 messages, each delivered to exactly one of them.
     create_topics(ns, topic)
-    members = [JavaProcess("v4", "consume", [*args, "--expect", "20"]) for _ in range(2)]
+    members = [JavaProcess(line, "consume", [*args, "--expect", "20"]) for _ in range(2)]
     for m in members:
         m.wait_event("ready")
     time.sleep(3)  # both members rebalance (NOTIFY_CONSUMER_IDS_CHANGED) onto two queues each
-    produce("v4", ns, topic, "sync", 20)
+    produce(line, ns, topic, "sync", 20)
     deadline = time.monotonic() + 60
     while sum(len(m.named("received")) for m in members) < 20 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -115,11 +116,11 @@ def test_clustering_consumers_share_and_broadcasting_consumers_each_get_all(txmq
     topic, group = _name("JBroad"), _name("JBroadCG")
     args = ["--namesrv", ns, "--topic", topic, "--group", group, "--model", "BROADCASTING", "--expect", "10"]
     create_topics(ns, topic)
-    members = [JavaProcess("v5", "consume", [*args, "--instance", f"b{n}"]) for n in range(2)]
+    members = [JavaProcess(line, "consume", [*args, "--instance", f"b{n}"]) for n in range(2)]
     for m in members:
         m.wait_event("ready")
     time.sleep(2)
-    produce("v5", ns, topic, "sync", 10)
+    produce(line, ns, topic, "sync", 10)
     for m in members:
         assert bodies(named(m.finish(90), "received")) == dict.fromkeys((f"sync-{i}" for i in range(10)), 1)
 

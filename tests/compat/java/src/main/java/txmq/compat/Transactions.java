@@ -114,7 +114,8 @@ final class Transactions {
                 TransactionSendResult r = p.sendMessageInTransaction(m, null);
                 Out.event("sent", "i", i, "body", Out.body(m.getBody()), "status", r.getSendStatus().name(),
                     "msgId", r.getMsgId(), "offsetMsgId", r.getOffsetMsgId(), "transactionId", r.getTransactionId(),
-                    "localState", r.getLocalTransactionState().name(), "queueId", r.getMessageQueue().getQueueId());
+                    "localState", r.getLocalTransactionState().name(), "queueId", r.getMessageQueue().getQueueId(),
+                    "broker", r.getMessageQueue().getBrokerName());
             } catch (Exception e) {
                 Clients.error("send " + i, e);
             }
@@ -124,6 +125,9 @@ final class Transactions {
         while ((expectedFinalChecks == 0 || finalChecks.get() < expectedFinalChecks)
             && System.currentTimeMillis() < deadline) {
             Thread.sleep(100);
+        }
+        if (expectedFinalChecks > 0) {
+            Thread.sleep(500); // the answer to the last check leaves as a oneway END_TRANSACTION after it returns
         }
         Out.event("summary", "finalChecks", finalChecks.get(), "expectedFinalChecks", expectedFinalChecks);
         p.shutdown();
