@@ -140,15 +140,7 @@ class AdminProcessor:
         if info is None or not info.channels:
             return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         body = {
-            "connectionSet": [
-                {
-                    "clientId": ch.client_id,
-                    "clientAddr": ":".join(map(str, getattr(ch.connection, "peer", ("", 0)))),
-                    "language": ch.language,
-                    "version": ch.version,
-                }
-                for ch in info.channels.values()
-            ],
+            "connectionSet": [ch.connection_row() for ch in info.channels.values()],
             "subscriptionTable": {
                 t: {
                     "topic": s.topic,

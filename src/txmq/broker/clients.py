@@ -86,6 +86,15 @@ class ClientChannel:
     version: int = 0
     last_update: float = 0.0
 
+    def connection_row(self) -> dict[str, Any]:
+        """One entry of RocketMQ's ConsumerConnection/ProducerConnection ``connectionSet``."""
+        return {
+            "clientId": self.client_id,
+            "clientAddr": ":".join(map(str, getattr(self.connection, "peer", ("", 0)))),
+            "language": self.language,
+            "version": self.version,
+        }
+
 
 @dataclass(slots=True)
 class ConsumerGroupInfo:

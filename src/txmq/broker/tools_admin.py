@@ -208,17 +208,7 @@ class ToolsAdminProcessor:
         channels = self.broker.clients.producers.get(group)
         if not channels:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
-        body = {
-            "connectionSet": [
-                {
-                    "clientId": ch.client_id,
-                    "clientAddr": ":".join(map(str, getattr(ch.connection, "peer", ("", 0)))),
-                    "language": ch.language,
-                    "version": ch.version,
-                }
-                for ch in channels.values()
-            ]
-        }
+        body = {"connectionSet": [ch.connection_row() for ch in channels.values()]}
         return cmd.response(body=orjson.dumps(body))
 
     def topic_consumed_by_who(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
