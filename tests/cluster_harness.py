@@ -89,13 +89,11 @@ class DevCluster:
         auto_create = self.conf.get("autoCreateTopicEnable", "true").lower() != "false"
         return "TBW102" if auto_create else self.conf.get("brokerClusterName", "DefaultCluster")
 
+    def _txmq(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "txmq", "--log-file", str(self.data_dir / "txmq.log"), *args]
+
     def _command(self, conf_path: Path) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "txmq",
-            "--log-file",
-            str(self.data_dir / "txmq.log"),
+        return self._txmq(
             "dev",
             "--data-dir",
             str(self.data_dir),
@@ -107,7 +105,7 @@ class DevCluster:
             str(self.broker_port),
             "-c",
             str(conf_path),
-        ]
+        )
 
     def _wait_for_route(self, topic: str, deadline: float) -> None:
         """The broker registers asynchronously; wait until the name server can route its topics."""
@@ -166,12 +164,7 @@ class ExtraBroker(DevCluster):
         return self.conf["brokerName"]  # brokerTopicEnable: each broker routes a topic named after itself
 
     def _command(self, conf_path: Path) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "txmq",
-            "--log-file",
-            str(self.data_dir / "txmq.log"),
+        return self._txmq(
             "broker",
             "-c",
             str(conf_path),
@@ -183,4 +176,4 @@ class ExtraBroker(DevCluster):
             str(self.broker_port),
             "--store",
             str(self.data_dir / "store"),
-        ]
+        )
