@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from txmq.cli.admin import _ts, table
+from txmq.cli.admin import _ts, _with_admin, table
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -56,17 +56,6 @@ def _duration(ms: Any) -> str:
 
 def _when(ms: Any) -> str:
     return _ts(int(ms)) if ms else "-"
-
-
-async def _with_admin(args: argparse.Namespace, fn: Callable[[Any], Awaitable[int]]) -> int:
-    from txmq.client import Admin
-
-    admin = Admin(args.namesrv)
-    await admin.start()
-    try:
-        return await fn(admin)
-    finally:
-        await admin.shutdown()
 
 
 async def tx_list(args: argparse.Namespace) -> int:
