@@ -18,10 +18,10 @@ from txmq.acl.signer import ACCESS_KEY, verify_signature
 from txmq.acl.whitelist import Whitelist, compile_pattern
 from txmq.protocol.codes import RequestCode
 from txmq.protocol.frame import RemotingCommand
+from txmq.protocol.topics import TRACE_TOPIC
 
 log = logging.getLogger("txmq.acl")
 
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 TXMQ_CUSTOM_ADMIN_CODE_MIN = 1300  # txmq's own admin request codes start here; all of them need an admin account
 
 ADMIN_CODES = frozenset(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from txmq.protocol.topics import RETRY_GROUP_TOPIC_PREFIX as RETRY_PREFIX
+
 DENY = 1
 ANY = 2
 PUB = 4
 SUB = 8
-
-RETRY_PREFIX = "%RETRY%"
 
 # The strings plain_acl.yml may use; RocketMQ silently reads anything else as DENY, txmq rejects it instead.
 PERM_STRINGS: dict[str, int] = {"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -12,40 +11,33 @@ from typing import Any
 import orjson
 
 from txmq.clock import SYSTEM_CLOCK, Clock
+
+# The names and bits live in txmq.protocol.topics; re-exported here for the broker's modules.
+from txmq.protocol.topics import (  # noqa: F401
+    AUTO_CREATE_TOPIC_KEY,
+    BENCHMARK_TOPIC,
+    DLQ_GROUP_TOPIC_PREFIX,
+    MAX_TOPIC_LENGTH,
+    NOT_ALLOWED_SEND_TOPICS,
+    OFFSET_MOVED_EVENT,
+    PERM_INHERIT,
+    PERM_PRIORITY,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    dlq_topic,
+    retry_topic,
+)
+from txmq.protocol.topics import TOPIC_NAME_RE as _TOPIC_RE
 from txmq.util import atomic_write_json
 
 log = logging.getLogger("txmq.broker")
-
-PERM_PRIORITY = 8
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_INHERIT = 1
-
-AUTO_CREATE_TOPIC_KEY = "TBW102"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-BENCHMARK_TOPIC = "BenchmarkTest"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-
-# Clients may not send to these directly (NO_PERMISSION).
-NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        SCHEDULE_TOPIC,
-        TRANS_HALF_TOPIC,
-        TRANS_OP_HALF_TOPIC,
-        TRANS_CHECK_MAX_TIME_TOPIC,
-        SELF_TEST_TOPIC,
-        OFFSET_MOVED_EVENT,
-    }
-)
-
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-MAX_TOPIC_LENGTH = 127
 
 
 def validate_topic(topic: str | None) -> str | None:
@@ -57,14 +49,6 @@ def validate_topic(topic: str | None) -> str | None:
     if not _TOPIC_RE.match(topic):
         return f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     return None
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_GROUP_TOPIC_PREFIX + group
 
 
 @dataclass(slots=True)
@@ -162,7 +146,7 @@ class TopicConfigManager:
         return self.topics.get(topic)
 
     def is_system_topic(self, topic: str) -> bool:
-        return topic in self.system_topics or topic.lower().startswith("rmq_sys_")
+        return topic in self.system_topics or topic.lower().startswith(SYSTEM_TOPIC_PREFIX)
 
     def upsert(self, config: TopicConfig) -> TopicConfig:
         with self._lock:

@@ -109,6 +109,7 @@ from txmq.protocol.record import (
     encode_record,
     with_transaction_type,
 )
+from txmq.protocol.topics import SYS_TRANS_GROUP
 from txmq.util import atomic_write_bytes
 
 if TYPE_CHECKING:
@@ -116,7 +117,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("txmq.broker.transactions")
 
-SYS_TRANS_GROUP = "CID_RMQ_SYS_TRANS"
 COMMIT = "COMMIT"
 ROLLBACK = "ROLLBACK"
 DISCARD = "DISCARD"

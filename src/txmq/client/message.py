@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from txmq.protocol.record import MessageRecord, Prop, SysFlag
+from txmq.protocol.topics import AUTO_CREATE_TOPIC_KEY, RETRY_GROUP_TOPIC_PREFIX, retry_topic  # noqa: F401
 
 log = logging.getLogger("txmq.client")
 
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DEFAULT_TOPIC = "TBW102"  # the broker's auto-create template topic
+DEFAULT_TOPIC = AUTO_CREATE_TOPIC_KEY  # the broker's auto-create template topic
 
 # Compression type bits of sysFlag (mask 0x700); type 0 with COMPRESSED set is zlib (older Java, C++).
 _COMPRESSION_TYPE_MASK = 0x700
@@ -51,10 +51,6 @@ SYSTEM_PROPERTIES = frozenset(
         Prop.TRACE_ON,
     }
 )
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_GROUP_TOPIC_PREFIX + group
 
 
 class MessageQueue(NamedTuple):

@@ -22,6 +22,7 @@ from txmq.client.message import (
 from txmq.client.selection import RETRYABLE_SEND_CODES, QueueRoundRobin, QueueSelector, select_by_hash
 from txmq.errors import MQBrokerError, MQClientError, RemotingError, RequestTimeoutError
 from txmq.protocol.record import BatchEntry, Prop, SysFlag, UniqKeyGenerator, encode_batch, encode_properties
+from txmq.protocol.topics import NOT_ALLOWED_SEND_TOPICS
 
 _COMPRESSED = int(SysFlag.COMPRESSED)  # plain ints: an int | IntFlag goes through enum's slow __ror__
 _TRANSACTION_PREPARED = int(SysFlag.TRANSACTION_PREPARED)
@@ -30,17 +31,7 @@ log = logging.getLogger("txmq.client")
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_LENGTH = 127
 # Topics the broker refuses to take sends for (wire §2.3 step 2), plus the auto-create template.
-_NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        DEFAULT_TOPIC,
-        "SCHEDULE_TOPIC_XXXX",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    }
-)
+_NOT_ALLOWED_SEND_TOPICS = NOT_ALLOWED_SEND_TOPICS | {DEFAULT_TOPIC}
 
 SendCallback = Callable[[SendResult | None, BaseException | None], Any]
 """``callback(result, None)`` after a successful async send, ``callback(None, exc)`` after a failed one."""

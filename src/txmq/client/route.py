@@ -8,12 +8,9 @@ from typing import Any
 
 from txmq.client import fastjson
 from txmq.client.message import MessageQueue
+from txmq.protocol.topics import PERM_INHERIT, PERM_READ, PERM_WRITE  # noqa: F401
 
 MASTER_ID = 0
-
-PERM_INHERIT = 1
-PERM_WRITE = 2
-PERM_READ = 4
 
 
 @dataclass(slots=True)
