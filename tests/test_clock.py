@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from txmq.clock import SYSTEM_CLOCK, Clock, FakeClock, settle
+from txmq.clock import SYSTEM_CLOCK, Clock
+from txmq.testing import FakeClock, settle
 
 
 async def test_fake_sleep_wakes_only_after_advance() -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 import orjson
 import pytest
 
-from broker_harness import InProcessBroker
 from txmq.broker.tools_admin import TpsSampler, java_name, properties_text
 from txmq.config import read_properties
 from txmq.net import Connection
@@ -21,6 +20,7 @@ from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import SendMessageRequestHeader
 from txmq.protocol.record import encode_properties
+from txmq.testing import InProcessBroker
 
 _uniq = itertools.count(1)
 

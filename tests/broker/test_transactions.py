@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from broker_harness import InProcessBroker
 from txmq.broker.topics import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from txmq.net import Connection
 from txmq.protocol.codes import RequestCode, ResponseCode
@@ -30,6 +29,7 @@ from txmq.protocol.record import (
     decode_records,
     encode_properties,
 )
+from txmq.testing import InProcessBroker, aeventually
 
 COMMIT = 8
 ROLLBACK = 12
@@ -58,9 +58,7 @@ class Harness(InProcessBroker):
 
     async def tick(self, seconds: int) -> None:
         """Advance the fake clock one second at a time, letting each check round finish."""
-        for _ in range(seconds):
-            await self.clock.advance(1)
-            await asyncio.wait_for(self.svc.idle.wait(), 10)
+        await self.advance(seconds, step=1)
 
     def messages(self, topic: str, queue_id: int = 0) -> list[MessageRecord]:
         assert self.broker is not None and self.broker.store is not None
@@ -122,14 +120,6 @@ class Prepared:
         if resp.code == ResponseCode.SUCCESS:
             self.queue_offset = int(resp.ext_fields["queueOffset"])
             self.phys = decode_offset_msg_id(resp.ext_fields["msgId"])[1]
-
-
-async def eventually(cond: Callable[[], bool], what: str) -> None:
-    for _ in range(500):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
 
 
 @pytest.fixture
@@ -206,7 +196,7 @@ async def test_commit_delivers_once_even_when_sent_twice(h: Harness) -> None:
     p = await h.producer()
     prep = await p.prepare("TxTopic", b"pay", KEYS="order-7")
     p.conn.send_oneway(p.end_cmd(prep, COMMIT, oneway=True))
-    await eventually(lambda: prep.phys in h.svc.decided, "the commit is applied")
+    await aeventually(lambda: prep.phys in h.svc.decided, "the commit is applied")
     again = await p.end(prep, COMMIT)
     assert again.code == ResponseCode.SUCCESS
     p.conn.send_oneway(p.end_cmd(prep, COMMIT, oneway=True))
@@ -346,7 +336,7 @@ async def test_no_producer_online_means_no_check_counted(h: Harness) -> None:
     p = await h.producer()
     prep = await p.prepare("TxTopic", b"orphan")
     p.conn.close()
-    await eventually(lambda: not h.broker.clients.producer_channels("PG"), "the producer is gone")
+    await aeventually(lambda: not h.broker.clients.producer_channels("PG"), "the producer is gone")
     await h.tick(60)  # far past the timeout and several intervals: waiting, not counted, not discarded
     [status] = h.svc.pending_transactions()
     assert status["checks"] == 0 and status["waitingForProducer"] is True
@@ -373,7 +363,7 @@ async def test_answering_a_check_resolves_the_transaction(h: Harness) -> None:
         transactionId=hdr.transactionId,
     )
     p.conn.send_oneway(RemotingCommand.request(RequestCode.END_TRANSACTION, answer.to_ext(), oneway=True))
-    await eventually(lambda: prep.phys not in h.svc.pending, "the check answer is applied")
+    await aeventually(lambda: prep.phys not in h.svc.pending, "the check answer is applied")
     assert [m.body for m in await pull_real(h, "TxTopic")] == [b"checked"]
     await h.tick(30)
     assert len(p.checks) == 1

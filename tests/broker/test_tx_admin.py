@@ -10,7 +10,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_transactions import COMMIT, ROLLBACK, Harness, Prepared, Producer, eventually, pull_real
+from test_transactions import COMMIT, ROLLBACK, Harness, Prepared, Producer, pull_real
 
 from txmq.broker import transactions
 from txmq.broker.topics import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_OP_HALF_TOPIC
@@ -18,6 +18,7 @@ from txmq.broker.transactions import TX_TRANSITIONS, IllegalTransactionTransitio
 from txmq.protocol.codes import RequestCode, ResponseCode, TxmqRequestCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.record import encode_offset_msg_id
+from txmq.testing import aeventually
 
 LIST = TxmqRequestCode.TXMQ_LIST_TRANSACTIONS
 GET = TxmqRequestCode.TXMQ_GET_TRANSACTION
@@ -348,7 +349,7 @@ async def test_restart_keeps_history_and_old_ones_are_read_from_disk(tmp_path: P
         p = await h.producer()
         await h.tick(10)
         assert len(p.checks) == 1  # the pending one: its second check, on schedule
-        await eventually(lambda: len(h.svc.pending[pending.phys].check_log) == 2, "the check is in the history")
+        await aeventually(lambda: len(h.svc.pending[pending.phys].check_log) == 2, "the check is in the history")
     finally:
         await h.stop()
 
@@ -521,7 +522,7 @@ async def test_a_failing_append_settles_every_decision_of_its_turn(
     if oneway:
         # Nobody waits for a oneway decision: the failure is logged, per half message, when the turn's batch fails.
         assert outcomes == [None, None]
-        await eventually(lambda: h.svc._decisions == [], "the turn's decisions are handed over")
+        await aeventually(lambda: h.svc._decisions == [], "the turn's decisions are handed over")
         failed = [r for r in caplog.records if "a oneway END_TRANSACTION about half message" in r.getMessage()]
         assert sorted(r.getMessage().split()[-2] for r in failed) == sorted(str(prep.phys) for prep in preps)
     else:

@@ -1,21 +1,19 @@
-"""An in-process broker on loopback driven by a FakeClock, with raw send / send-back helpers."""
+"""txmq.testing's in-process broker with raw send / send-back helpers."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from broker_harness import InProcessBroker
 from txmq.broker.broker import Broker
 from txmq.net import Connection
 from txmq.protocol.codes import RequestCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from txmq.protocol.record import MessageRecord, decode_offset_msg_id, encode_properties
+from txmq.testing import InProcessBroker
 
 _uniq = itertools.count(1)
 
@@ -38,12 +36,6 @@ class Harness(InProcessBroker):
     def svc(self) -> Any:
         assert self.broker is not None
         return self.broker.schedule
-
-    async def advance(self, seconds: float) -> None:
-        """Move fake time and let every due delivery be stored."""
-        await self.svc.quiesce()
-        await self.clock.advance(seconds)
-        await self.svc.quiesce()
 
     async def request(self, cmd: RemotingCommand) -> RemotingCommand:
         assert self.conn is not None
@@ -122,12 +114,3 @@ class Harness(InProcessBroker):
 def phys_of(resp: RemotingCommand) -> int:
     assert resp.code == 0, resp.remark
     return decode_offset_msg_id(resp.ext_fields["msgId"])[1]
-
-
-async def eventually(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        await asyncio.sleep(0.02)

@@ -93,8 +93,6 @@ class ScheduleService:
         self.in_flight: dict[int, _InFlight] = {}
         self._skip: dict[int, set[int]] = {}  # level -> schedule record offsets already delivered (restart check)
         self._wake: dict[int, asyncio.Event] = {}
-        self._busy: set[int] = set()
-        self._on_event: set[int] = set()  # levels waiting for new schedule records
         self._tasks: list[asyncio.Task[None]] = []
         self._persist_lock = asyncio.Lock()
         self._random = random.Random()
@@ -214,7 +212,6 @@ class ScheduleService:
         store = self.broker.store
         assert store is not None
         while self._running:
-            self._busy.add(level)
             try:
                 offset = max(self.offsets.get(level, 0), store.min_offset(SCHEDULE_TOPIC, queue_id))
                 entries = store.read_consume_queue(SCHEDULE_TOPIC, queue_id, offset, DELIVER_BATCH)
@@ -222,12 +219,7 @@ class ScheduleService:
                     wake.clear()
                     if store.max_offset(SCHEDULE_TOPIC, queue_id) > offset:
                         continue  # arrived between the read and the clear
-                    self._busy.discard(level)
-                    self._on_event.add(level)
-                    try:
-                        await wake.wait()
-                    finally:
-                        self._on_event.discard(level)
+                    await wake.wait()
                     continue
                 now = self.clock.now_ms()
                 due: list[tuple[int, int]] = []
@@ -242,13 +234,11 @@ class ScheduleService:
                 if due:
                     await self._deliver(level, offset, due)
                     continue
-                self._busy.discard(level)
                 await self.clock.sleep(wait_ms / 1000)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("delivering delay level %d failed; retrying in 1s", level)
-                self._busy.discard(level)
                 await self.clock.sleep(1.0)
 
     def _delivery_copy(self, record: MessageRecord) -> MessageRecord | None:
@@ -362,19 +352,6 @@ class ScheduleService:
                 len(found),
             )
         return found
-
-    async def quiesce(self, timeout: float = 10.0) -> None:
-        """Wait until every level has nothing due (tests: after advancing a fake clock)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            for _ in range(20):
-                await asyncio.sleep(0)
-            if not self._busy and not any(self._wake[level].is_set() for level in self._on_event):
-                return
-            if loop.time() > deadline:
-                raise TimeoutError(f"delay levels {sorted(self._busy)} still busy")
-            await asyncio.sleep(0.005)
 
     # -- CONSUMER_SEND_MSG_BACK ---------------------------------------------------------------------------------
 

@@ -437,8 +437,6 @@ class TransactionService:
         self._journal_live = 0  # lines it had when last rewritten
         self._task: asyncio.Task[None] | None = None
         self._ready = False
-        self.rounds = 0  # completed check rounds (for observers and tests)
-        self.idle = asyncio.Event()  # set while the check loop sleeps between rounds
 
     # -- life cycle ------------------------------------------------------------------------------------------------
 
@@ -1672,9 +1670,7 @@ class TransactionService:
 
     async def _check_loop(self) -> None:
         while True:
-            self.idle.set()
             await self.clock.sleep(self.tick_seconds)
-            self.idle.clear()
             try:
                 await self.check_round()
             except asyncio.CancelledError:
@@ -1716,7 +1712,6 @@ class TransactionService:
             lines, self._journal_buf = self._journal_buf, []
             await asyncio.to_thread(self._append_journal, lines)
         self._commit_progress()
-        self.rounds += 1
         return sent
 
     def _too_old(self, entry: PendingTransaction, now: int) -> bool:
