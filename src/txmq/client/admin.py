@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txmq.client import fastjson
-from txmq.client.config import ClientConfig
-from txmq.client.instance import ClientInstance, acquire_instance
+from txmq.client.lifecycle import ClientLifecycle
 from txmq.client.message import MessageExt, MessageQueue, retry_topic
 from txmq.client.producer import check_topic
 from txmq.client.route import TopicRoute
@@ -130,36 +129,13 @@ def looks_like_offset_msg_id(msg_id: str) -> bool:
     return 0 < port < 65536 and offset >= 0
 
 
-class Admin:
+class Admin(ClientLifecycle):
     """Administration calls against the name servers and brokers of a cluster."""
 
+    _what = "admin client"
+
     def __init__(self, namesrv_addr: str | Sequence[str], **options: Any) -> None:
-        self.config = ClientConfig.build(namesrv_addr, **options)
-        self.access_key = options.get("access_key")
-        self.secret_key = options.get("secret_key")
-        self._instance: ClientInstance | None = None
-
-    async def start(self) -> None:
-        if self._instance is None:
-            self._instance = await acquire_instance(self.config)
-
-    async def shutdown(self) -> None:
-        if self._instance is not None:
-            instance, self._instance = self._instance, None
-            await instance.release()
-
-    async def __aenter__(self) -> Admin:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
-    @property
-    def instance(self) -> ClientInstance:
-        if self._instance is None:
-            raise MQClientError("admin client is not started; call start() first")
-        return self._instance
+        super().__init__(namesrv_addr, **options)
 
     # -- cluster and topics ---------------------------------------------------------------------------------------
 

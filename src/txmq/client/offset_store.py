@@ -15,6 +15,7 @@ from txmq.errors import MQClientError, RemotingError
 from txmq.util import atomic_write_bytes
 
 if TYPE_CHECKING:
+    from txmq.client.config import ClientConfig
     from txmq.client.instance import ClientInstance
 
 log = logging.getLogger("txmq.client")
@@ -145,3 +146,16 @@ class LocalFileOffsetStore(_MemoryTable):
             )
         except OSError as exc:
             log.warning("writing the local offset file %s failed: %s", self.path, exc)
+
+
+def offset_store_for(
+    instance: ClientInstance, group: str, config: ClientConfig, clustering: bool, offset_store_dir: Path | None
+) -> OffsetStore:
+    """Clustering: the brokers keep the group's offsets. Broadcasting: a local file per group (and instance name,
+    when the consumer was given one, so that two members in one process keep apart)."""
+    if clustering:
+        return RemoteBrokerOffsetStore(instance, group)
+    name = f"{group}@{config.instance_name}" if config.instance_name_set else group
+    store = LocalFileOffsetStore((offset_store_dir or default_offset_dir()) / f"{name}.json")
+    store.load()
+    return store

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from txmq.client.api import send_v2_ext
-from txmq.client.config import ClientConfig
-from txmq.client.instance import ClientInstance, acquire_instance
+from txmq.client.instance import ClientInstance
+from txmq.client.lifecycle import ClientLifecycle
 from txmq.client.message import (
     DEFAULT_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -65,13 +65,15 @@ def check_message(msg: Message, max_size: int) -> None:
         raise MQClientError(f"the message body size over max value, MAX: {max_size}")
 
 
-class Producer:
+class Producer(ClientLifecycle):
     """Sends messages to a producer group's topics.
 
     ``async with Producer("PG", "127.0.0.1:9876") as p: await p.send(Message("T", b"hi"))``. Client options
     (``instance_name``, ``access_key``/``secret_key``, ``clock``, timer intervals) are passed through to
     :class:`~txmq.client.config.ClientConfig`.
     """
+
+    _what = "producer"
 
     def __init__(
         self,
@@ -88,6 +90,7 @@ class Producer:
         **options: Any,
     ) -> None:
         check_group(group)
+        super().__init__(namesrv_addr, **options)
         self.group = group
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = max(0, retry_times_when_send_failed)
@@ -96,77 +99,32 @@ class Producer:
         self.max_message_size = max_message_size
         self.default_topic_queue_nums = default_topic_queue_nums
         self.auto_create_topic = auto_create_topic
-        self.config: ClientConfig | None = (
-            ClientConfig.build(namesrv_addr, **options) if namesrv_addr is not None else None
-        )
-        self.access_key = options.get("access_key")
-        self.secret_key = options.get("secret_key")
-        self._instance: ClientInstance | None = None
-        self._owns_instance = True
         self._round_robins: dict[str, QueueRoundRobin] = {}
         self._topics: set[str] = set()
         self._uniq: UniqKeyGenerator | None = None
         self._pending: set[asyncio.Task[Any]] = set()
-        self._started = False
 
     @classmethod
     def _for_instance(cls, group: str, instance: ClientInstance) -> Producer:
         """A producer living on an existing instance (the instance's inner producer)."""
         producer = cls(group)
         producer.config = instance.config
-        producer._instance = instance
-        producer._owns_instance = False
+        producer._lent_instance = instance
         return producer
 
-    # -- lifecycle ----------------------------------------------------------------------------------------------
+    # -- lifecycle (ClientLifecycle) ------------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        if self._started:
-            return
-        if self._instance is None:
-            if self.config is None:
-                raise MQClientError("no name server address given; pass namesrv_addr")
-            self._instance = await acquire_instance(self.config)
-        try:
-            self._instance.register_producer(self)
-        except MQClientError:
-            if self._owns_instance:
-                await self._instance.release()
-                self._instance = None
-            raise
-        self._uniq = UniqKeyGenerator(self._instance.config.resolved_ip())
-        self._started = True
-        await self._instance.send_heartbeat_to_all()
+    def _attach(self, instance: ClientInstance) -> None:
+        instance.register_producer(self)
+        self._uniq = UniqKeyGenerator(instance.config.resolved_ip())
 
-    async def shutdown(self) -> None:
-        if not self._started:
-            return
-        self._started = False
+    async def _on_started(self) -> None:
+        await self.instance.send_heartbeat_to_all()
+
+    async def _detach(self, instance: ClientInstance) -> None:
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
-        instance = self._instance
-        assert instance is not None
         await instance.unregister_producer(self.group)
-        if self._owns_instance:
-            await instance.release()
-            self._instance = None
-
-    async def __aenter__(self) -> Producer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
-    @property
-    def instance(self) -> ClientInstance:
-        if not self._started or self._instance is None:
-            raise MQClientError(f"producer {self.group} is not started; call start() first")
-        return self._instance
-
-    @property
-    def client_id(self) -> str:
-        return self.instance.client_id
 
     def published_topics(self) -> set[str]:
         return set(self._topics)

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from txmq.client.config import ClientConfig
-from txmq.client.instance import ClientInstance, acquire_instance
+from txmq.client.instance import ClientInstance
+from txmq.client.lifecycle import ClientLifecycle
 from txmq.client.message import ConsumeFromWhere, ConsumeType, MessageModel, MessageQueue, PullResult
-from txmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore, default_offset_dir
+from txmq.client.offset_store import OffsetStore, offset_store_for
 from txmq.client.producer import check_group, check_topic
 from txmq.client.push_consumer import PULL_SUBSCRIPTION, PULL_SUSPEND
 from txmq.client.subscription import Subscription
@@ -20,12 +20,14 @@ from txmq.protocol.headers import PullMessageRequestHeader
 log = logging.getLogger("txmq.client")
 
 
-class PullConsumer:
+class PullConsumer(ClientLifecycle):
     """Explicit pulling: ``fetch_queues`` a topic, then ``pull(queue, expression, offset)`` from any offset.
 
     Offsets are the caller's; ``update_offset`` / ``fetch_offset`` keep them on the brokers (clustering) or in a
     local file (broadcasting), committed every few seconds and on shutdown.
     """
+
+    _what = "pull consumer"
 
     def __init__(
         self,
@@ -40,66 +42,29 @@ class PullConsumer:
         **options: Any,
     ) -> None:
         check_group(group)
+        super().__init__(namesrv_addr, **options)
         self.group = group
-        self.config = ClientConfig.build(namesrv_addr, **options)
-        self.access_key = options.get("access_key")
-        self.secret_key = options.get("secret_key")
         self.message_model = message_model
         self.broker_suspend_max_time = broker_suspend_max_time
         self.consumer_timeout_when_suspend = consumer_timeout_when_suspend
         self.consumer_pull_timeout = consumer_pull_timeout
         self.offset_store_dir = Path(offset_store_dir) if offset_store_dir is not None else None
         self._topics: set[str] = set()
-        self._instance: ClientInstance | None = None
         self._offset_store: OffsetStore | None = None
         self._touched: set[MessageQueue] = set()
 
-    # -- lifecycle ----------------------------------------------------------------------------------------------
+    # -- lifecycle (ClientLifecycle) ------------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        if self._instance is not None:
-            return
-        instance = await acquire_instance(self.config)
-        try:
-            instance.register_consumer(self)
-        except MQClientError:
-            await instance.release()
-            raise
-        self._instance = instance
-        if self.message_model is MessageModel.CLUSTERING:
-            self._offset_store = RemoteBrokerOffsetStore(instance, self.group)
-        else:
-            name = f"{self.group}@{self.config.instance_name}" if self.config.instance_name_set else self.group
-            store = LocalFileOffsetStore((self.offset_store_dir or default_offset_dir()) / f"{name}.json")
-            store.load()
-            self._offset_store = store
+    def _attach(self, instance: ClientInstance) -> None:
+        instance.register_consumer(self)
+        self._offset_store = offset_store_for(
+            instance, self.group, self.config, self.message_model is MessageModel.CLUSTERING, self.offset_store_dir
+        )
 
-    async def shutdown(self) -> None:
-        instance = self._instance
-        if instance is None:
-            return
+    async def _detach(self, instance: ClientInstance) -> None:
         assert self._offset_store is not None
         await self._offset_store.persist_all(sorted(self._touched), wait=True)
         await instance.unregister_consumer(self.group)
-        await instance.release()
-        self._instance = None
-
-    async def __aenter__(self) -> PullConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
-    @property
-    def instance(self) -> ClientInstance:
-        if self._instance is None:
-            raise MQClientError(f"pull consumer {self.group} is not started; call start() first")
-        return self._instance
-
-    @property
-    def client_id(self) -> str:
-        return self.instance.client_id
 
     # -- instance member protocol ---------------------------------------------------------------------------------
 

@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from txmq.client.config import ClientConfig
-from txmq.client.instance import ClientInstance, acquire_instance
+from txmq.client.instance import ClientInstance
+from txmq.client.lifecycle import ClientLifecycle
 from txmq.client.message import (
     ConsumeFromWhere,
     ConsumeOrderlyStatus,
@@ -33,7 +33,7 @@ from txmq.client.message import (
     PullStatus,
     retry_topic,
 )
-from txmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore, default_offset_dir
+from txmq.client.offset_store import OffsetStore, offset_store_for
 from txmq.client.process_queue import ProcessQueue
 from txmq.client.producer import check_group, check_topic
 from txmq.client.selection import allocate_averagely
@@ -70,12 +70,14 @@ def _timestamp_ms(value: int | float | dt.datetime | str | None, now_ms: int) ->
     return int(value)
 
 
-class PushConsumer:
+class PushConsumer(ClientLifecycle):
     """Consume subscribed topics through a listener, with clustering or broadcasting semantics.
 
     ``subscribe`` topics and ``register_listener`` before ``start``. In clustering mode the group's retry topic
     ``%RETRY%<group>`` is subscribed too, so messages the listener rejected come back after the broker's delay.
     """
+
+    _what = "push consumer"
 
     def __init__(
         self,
@@ -99,10 +101,8 @@ class PushConsumer:
         **options: Any,
     ) -> None:
         check_group(group)
+        super().__init__(namesrv_addr, **options)
         self.group = group
-        self.config = ClientConfig.build(namesrv_addr, **options)
-        self.access_key = options.get("access_key")
-        self.secret_key = options.get("secret_key")
         self.message_model = message_model
         self.consume_from_where = ConsumeFromWhere(consume_from_where.value)
         self.consume_timestamp = consume_timestamp
@@ -125,7 +125,6 @@ class PushConsumer:
         self._subscriptions: dict[str, Subscription] = {}
         self._listener: Listener | None = None
         self._orderly = False
-        self._instance: ClientInstance | None = None
         self._offset_store: OffsetStore | None = None
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
@@ -141,7 +140,6 @@ class PushConsumer:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._timestamp_ms = 0
         self._running = False
-        self._started = False
 
     # -- configuration ------------------------------------------------------------------------------------------
 
@@ -190,13 +188,16 @@ class PushConsumer:
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        if self._started:
-            return
+    # -- lifecycle (ClientLifecycle) ------------------------------------------------------------------------------
+
+    def _check_startable(self) -> None:
         if self._listener is None:
             raise MQClientError("register a listener before start()")
         if not self._subscriptions:
             raise MQClientError("subscribe to at least one topic before start()")
+
+    def _attach(self, instance: ClientInstance) -> None:
+        instance.register_consumer(self)
         if self.clustering:
             rt = retry_topic(self.group)
             self._subscriptions.setdefault(rt, Subscription.parse(rt, "*", self.config.clock.now_ms()))
@@ -205,24 +206,13 @@ class PushConsumer:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.consume_thread_max, thread_name_prefix=f"txmq-consume-{self.group}"
         )
-        instance = await acquire_instance(self.config)
-        try:
-            instance.register_consumer(self)
-        except MQClientError:
-            await instance.release()
-            raise
-        self._instance = instance
         instance.register_request_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, _reset_offset_handler(instance))
         self._timestamp_ms = _timestamp_ms(self.consume_timestamp, instance.clock.now_ms())
-        if self.clustering:
-            self._offset_store = RemoteBrokerOffsetStore(instance, self.group)
-        else:
-            name = f"{self.group}@{self.config.instance_name}" if self.config.instance_name_set else self.group
-            store = LocalFileOffsetStore((self.offset_store_dir or default_offset_dir()) / f"{name}.json")
-            store.load()
-            self._offset_store = store
+        self._offset_store = offset_store_for(instance, self.group, self.config, self.clustering, self.offset_store_dir)
         self._running = True
-        self._started = True
+
+    async def _on_started(self) -> None:
+        instance = self.instance
         for topic in list(self._subscriptions):
             try:
                 await instance.update_route(topic)
@@ -243,14 +233,9 @@ class PushConsumer:
             self.client_id,
         )
 
-    async def shutdown(self) -> None:
-        if not self._started:
-            return
-        self._started = False
+    async def _detach(self, instance: ClientInstance) -> None:
         self._running = False
-        instance = self._instance
-        assert instance is not None and self._offset_store is not None
-        assert self._rebalance_lock is not None
+        assert self._offset_store is not None and self._rebalance_lock is not None
         async with self._rebalance_lock:  # let a running rebalance finish before tearing down
             pass
         if self._relock_task is not None:
@@ -276,28 +261,9 @@ class PushConsumer:
         self._pull_tasks.clear()
         self._orderly_tasks.clear()
         await instance.unregister_consumer(self.group)
-        await instance.release()
-        self._instance = None
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         log.info("push consumer %s shut down", self.group)
-
-    async def __aenter__(self) -> PushConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
-    @property
-    def instance(self) -> ClientInstance:
-        if self._instance is None:
-            raise MQClientError(f"push consumer {self.group} is not started")
-        return self._instance
-
-    @property
-    def client_id(self) -> str:
-        return self.instance.client_id
 
     def assigned_queues(self) -> list[MessageQueue]:
         """The queues this consumer currently pulls, sorted."""

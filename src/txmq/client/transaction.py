@@ -123,6 +123,8 @@ class TransactionProducer(Producer):
     at its next interval). Other options are the :class:`Producer`'s.
     """
 
+    _what = "transaction producer"
+
     def __init__(
         self,
         group: str,
@@ -152,27 +154,25 @@ class TransactionProducer(Producer):
         _validate_listener(listener)
         self.listener = listener
 
-    async def start(self) -> None:
-        if self._started:
-            return
+    # -- lifecycle (ClientLifecycle) ------------------------------------------------------------------------------
+
+    def _check_startable(self) -> None:
         if self.listener is None:
             raise MQClientError(f"transaction producer {self.group} has no TransactionListener; pass listener=")
+
+    def _attach(self, instance: ClientInstance) -> None:
+        super()._attach(instance)
         self._check_executor = concurrent.futures.ThreadPoolExecutor(
             self.check_threads, thread_name_prefix=f"txmq-check-{self.group}"
         )
         self._check_slots = asyncio.Semaphore(self.check_threads)
-        try:
-            await super().start()
-        except BaseException:
-            self._check_executor.shutdown(wait=False)
-            self._check_executor = None
-            raise
-        instance = self.instance
         instance.register_request_handler(RequestCode.CHECK_TRANSACTION_STATE, _check_handler(instance))
+
+    async def _on_started(self) -> None:
         # A producer that has sent nothing yet knows no broker, so none would know to check with it. Like Java's
         # producer, follow the auto-create template's route (every broker that accepts new topics) from the start.
         try:
-            await instance.update_route(DEFAULT_TOPIC)
+            await self.instance.update_route(DEFAULT_TOPIC)
         except (RemotingError, MQClientError) as exc:
             log.info(
                 "transaction producer %s: no route for %s (%s); brokers learn of it once it sends",
@@ -180,28 +180,22 @@ class TransactionProducer(Producer):
                 DEFAULT_TOPIC,
                 exc,
             )
-        await instance.send_heartbeat_to_all()
+        await super()._on_started()  # the heartbeat, now to every broker of that route
 
     def published_topics(self) -> set[str]:
         return super().published_topics() | {DEFAULT_TOPIC}
 
-    async def shutdown(self) -> None:
-        if not self._started:
-            return
+    async def _detach(self, instance: ClientInstance) -> None:
         tasks = list(self._check_tasks)
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await super().shutdown()
+        await super()._detach(instance)
         if self._check_executor is not None:
             self._check_executor.shutdown(wait=False, cancel_futures=True)
             self._check_executor = None
-
-    async def __aenter__(self) -> TransactionProducer:
-        await self.start()
-        return self
 
     # -- sending ------------------------------------------------------------------------------------------------
 
