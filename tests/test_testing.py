@@ -156,3 +156,8 @@ async def test_wait_idle_needs_a_fake_clock() -> None:
 
     with pytest.raises(TypeError):
         await wait_idle(NotFake())  # type: ignore[arg-type]
+
+
+def test_without_what_the_message_quotes_the_condition() -> None:
+    with pytest.raises(AssertionError, match=r"lambda: 1 \+ 1 == 3"):
+        eventually(lambda: 1 + 1 == 3, timeout=0.01)

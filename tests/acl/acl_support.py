@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import textwrap
-import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from txmq.client import Admin, Message, Producer
 from txmq.errors import MQBrokerError
+from txmq.testing import aeventually
 
 ADMIN_KEY, ADMIN_SECRET = "adminUser01", "adminSecret01"
 PUB_KEY, PUB_SECRET = "pubUser0001", "pubSecret0001"
@@ -83,19 +82,7 @@ async def create_topic(cluster: Any, topic: str = TOPIC) -> None:
         cluster.namesrv_addr, access_key=ADMIN_KEY, secret_key=ADMIN_SECRET, instance_name=unique("admin")
     ) as admin:
         await admin.create_topic(topic, broker_addr=cluster.broker_addr, read_queue_nums=2, write_queue_nums=2)
-        await eventually(lambda: admin.topic_route(topic), what=f"a route for {topic}")
-
-
-async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 10.0, what: str = "it") -> Any:
-    """Await ``fn`` until it returns without raising; a cap, not a timing assertion."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return await fn()
-        except Exception as exc:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what} did not happen within {timeout:g}s: {exc!r}") from exc
-            await asyncio.sleep(0.2)
+        await aeventually(lambda: admin.topic_route(topic), f"a route for {topic}", retry_on=(Exception,))
 
 
 async def send_one(
@@ -125,11 +112,11 @@ async def denial_of(cluster: Any, access_key: str | None, secret_key: str | None
 
 async def wait_for_log(cluster: Any, text: str, timeout: float = 10.0) -> str:
     """The first broker log line containing ``text``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for line in cluster.log_text().splitlines():
-            if text in line:
-                return line
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no broker log line contains {text!r}; log tail:\n{cluster.log_text()[-3000:]}")
-        await asyncio.sleep(0.2)
+
+    def line() -> str | None:
+        return next((line for line in cluster.log_text().splitlines() if text in line), None)
+
+    try:
+        return await aeventually(line, f"a broker log line containing {text!r}", timeout=timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; log tail:\n{cluster.log_text()[-3000:]}") from None

@@ -18,12 +18,12 @@ from acl_support import (
     PUB_SECRET,
     TOPIC,
     create_topic,
-    eventually,
     start_acl_cluster,
     unique,
 )
 
 from txmq.client import Admin, LocalTransactionState, Message, TransactionProducer
+from txmq.testing import aeventually
 
 pytestmark = pytest.mark.slow
 
@@ -71,11 +71,14 @@ async def discarded_transactions(cluster: Any, group: str, count: int) -> list[s
             cluster.namesrv_addr, access_key=ADMIN_KEY, secret_key=ADMIN_SECRET, instance_name=unique("a")
         ) as admin:
 
-            async def all_discarded() -> None:
+            async def all_discarded() -> bool:
                 states = {r["transactionId"]: r["state"] for r in await admin.list_transactions(group=group)}
                 assert states == dict.fromkeys(ids, "DISCARDED"), states
+                return True
 
-            await eventually(all_discarded, timeout=30, what="the broker discarding both transactions")
+            await aeventually(
+                all_discarded, "the broker discarding both transactions", timeout=30, retry_on=(Exception,)
+            )
     finally:
         await producer.shutdown()  # no live producer: a resumed transaction stays PREPARED (no check is counted)
     return [str(i) for i in ids]

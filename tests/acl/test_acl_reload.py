@@ -17,12 +17,13 @@ from acl_support import (
     conf_dir,
     create_topic,
     denial_of,
-    eventually,
     send_one,
     start_acl_cluster,
     wait_for_log,
     write_file,
 )
+
+from txmq.testing import aeventually
 
 pytestmark = pytest.mark.slow
 
@@ -46,16 +47,19 @@ async def test_granting_and_revoking_a_topic_permission(cluster: Any) -> None:
     assert "No default permission" in await denial_of(cluster, SUB_KEY, SUB_SECRET)
 
     write_file(plain, BASE_ACL.replace(f"- {TOPIC}=SUB", f"- {TOPIC}=PUB|SUB"))
-    result = await eventually(lambda: send_one(cluster, SUB_KEY, SUB_SECRET), timeout=10, what="the grant")
+    result = await aeventually(
+        lambda: send_one(cluster, SUB_KEY, SUB_SECRET), "the grant", timeout=10, retry_on=(Exception,)
+    )
     assert result.status.value == "SEND_OK"
 
     write_file(plain, BASE_ACL)
 
-    async def refused() -> None:
+    async def refused() -> bool:
         remark = await denial_of(cluster, SUB_KEY, SUB_SECRET)
         assert "No default permission for topic:AclTopic" in remark
+        return True
 
-    await eventually(refused, timeout=10, what="the revocation")
+    await aeventually(refused, "the revocation", timeout=10, retry_on=(Exception,))
 
 
 async def test_an_invalid_file_keeps_every_account_working(cluster: Any) -> None:
@@ -74,20 +78,22 @@ async def test_an_invalid_file_keeps_every_account_working(cluster: Any) -> None
     # Fixing the file applies the intended change.
     write_file(plain, lock_out)
 
-    async def locked_out() -> None:
+    async def locked_out() -> bool:
         assert "No default permission" in await denial_of(cluster, PUB_KEY, PUB_SECRET)
+        return True
 
-    await eventually(locked_out, timeout=10, what="the fixed file")
+    await aeventually(locked_out, "the fixed file", timeout=10, retry_on=(Exception,))
 
 
 async def test_deleting_a_file_removes_its_accounts(cluster: Any) -> None:
     assert (await send_one(cluster, "teamUser001", "teamSecret001")).status.value == "SEND_OK"
     (conf_dir(cluster) / "acl" / "team.yml").unlink()
 
-    async def gone() -> None:
+    async def gone() -> bool:
         assert (await denial_of(cluster, "teamUser001", "teamSecret001")).endswith("No acl config for teamUser001")
+        return True
 
-    await eventually(gone, timeout=10, what="the removal")
+    await aeventually(gone, "the removal", timeout=10, retry_on=(Exception,))
     await wait_for_log(cluster, "team.yml was removed: its 1 account(s) no longer apply")
     assert (await send_one(cluster, PUB_KEY, PUB_SECRET)).status.value == "SEND_OK"
 
@@ -98,5 +104,7 @@ async def test_a_new_file_in_the_folder_adds_accounts(cluster: Any) -> None:
         conf_dir(cluster) / "acl" / "late.yaml",
         "accounts:\n  - {accessKey: lateUser001, secretKey: lateSecret001, topicPerms: [AclTopic=PUB]}\n",
     )
-    result = await eventually(lambda: send_one(cluster, "lateUser001", "lateSecret001"), what="the new file")
+    result = await aeventually(
+        lambda: send_one(cluster, "lateUser001", "lateSecret001"), "the new file", timeout=10, retry_on=(Exception,)
+    )
     assert result.status.value == "SEND_OK"

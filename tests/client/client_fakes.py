@@ -44,16 +44,6 @@ def stored(topic: str, queue_id: int, offset: int, body: bytes, tags: str | None
 Handler = Callable[[Connection, RemotingCommand], Any]
 
 
-async def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until it is truthy; a cap, not a timing assertion."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 class FakeBroker:
     def __init__(self, name: str, cluster: str = "C") -> None:
         self.name = name

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client_fakes import wait_until
 
 from listeners import Collector
 from txmq.client import (
@@ -36,6 +35,7 @@ from txmq.client import (
     SendStatus,
     sync,
 )
+from txmq.testing import aeventually
 
 pytestmark = pytest.mark.slow
 
@@ -64,22 +64,7 @@ async def make_topic(admin: Admin, queues: int = 4) -> str:
     info = await admin.cluster_info()
     (cluster_name,) = info.clusters
     await admin.create_topic(topic, cluster=cluster_name, read_queue_nums=queues, write_queue_nums=queues)
-    routed: list[bool] = []
-
-    async def probe() -> None:
-        try:
-            await admin.topic_route(topic)
-            routed.append(True)
-        except Exception:
-            pass
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 15
-    while not routed and loop.time() < deadline:
-        await probe()
-        if not routed:
-            await asyncio.sleep(0.05)
-    assert routed, f"topic {topic} never got a route"
+    await aeventually(lambda: admin.topic_route(topic), f"a route for topic {topic}", timeout=15, retry_on=(Exception,))
     return topic
 
 
@@ -103,7 +88,7 @@ async def test_every_send_mode_is_consumed_exactly_once_by_a_clustered_group(clu
             mine = [{q for q in c.assigned_queues() if q.topic == topic} for c in consumers]
             return not (mine[0] & mine[1]) and mine[0] | mine[1] == all_queues and all(mine)
 
-        await wait_until(split_settled, 20, "the two consumers to split the queues")
+        await aeventually(split_settled, "the two consumers to split the queues", timeout=20)
         sent: list[bytes] = []
         async with Producer(unique("PG"), cluster.namesrv_addr, instance_name=unique("p")) as producer:
             for i in range(10):
@@ -131,7 +116,7 @@ async def test_every_send_mode_is_consumed_exactly_once_by_a_clustered_group(clu
         def received() -> list[bytes]:
             return collectors[0].bodies() + collectors[1].bodies()
 
-        await wait_until(lambda: len(received()) >= len(sent), 30, "every message")
+        await aeventually(lambda: len(received()) >= len(sent), "every message", timeout=30)
         await asyncio.sleep(0.3)  # room for a duplicate to show up, if there were one
         counts = Counter(received())
         assert set(counts) == set(sent)
@@ -173,7 +158,7 @@ async def test_orderly_listener_sees_each_key_in_order(cluster: Any, admin: Admi
             for n in range(10):
                 for key in ("k0", "k1", "k2", "k3", "k4"):
                     await producer.send_orderly(Message(topic, f"{key}:{n}".encode()), key)
-        await wait_until(lambda: sum(map(len, seen.values())) == 50, 30, "all 50 messages")
+        await aeventually(lambda: sum(map(len, seen.values())) == 50, "all 50 messages", timeout=30)
     finally:
         await c.shutdown()
     assert suspended
@@ -204,7 +189,7 @@ async def test_broadcasting_delivers_everything_to_every_consumer(cluster: Any, 
             for i in range(12):
                 await producer.send(Message(topic, f"b-{i}".encode()))
         for col in collectors:
-            await wait_until(lambda col=col: len(col.bodies()) >= 12, 30, "every message at every consumer")
+            await aeventually(lambda col=col: len(col.bodies()) >= 12, "every message at every consumer", timeout=30)
         await asyncio.sleep(0.2)
         for col in collectors:
             assert sorted(col.bodies()) == sorted(f"b-{i}".encode() for i in range(12))
@@ -225,7 +210,7 @@ async def test_tag_filtering_push_and_pull(cluster: Any, admin: Admin) -> None:
         async with Producer(unique("PG"), cluster.namesrv_addr) as producer:
             for i, tag in enumerate(["TagA", "TagB", "TagC", None, "TagA", "TagB"]):
                 await producer.send(Message(topic, f"{tag}-{i}".encode(), tags=tag))
-        await wait_until(lambda: len(col.bodies()) >= 3, 30, "the three matching messages")
+        await aeventually(lambda: len(col.bodies()) >= 3, "the three matching messages", timeout=30)
         await asyncio.sleep(0.2)
         assert sorted(col.bodies()) == [b"TagA-0", b"TagA-4", b"TagC-2"]
     finally:
@@ -301,7 +286,7 @@ async def test_rejected_message_comes_back(cluster: Any, admin: Admin) -> None:
     try:
         async with Producer(unique("PG"), cluster.namesrv_addr) as producer:
             result = await producer.send(Message(topic, b"try-again", tags="T1"))
-        await wait_until(lambda: len(deliveries) >= 2, 60, "the redelivery")
+        await aeventually(lambda: len(deliveries) >= 2, "the redelivery", timeout=60)
     finally:
         await c.shutdown()
     first, again = deliveries[0], deliveries[1]
@@ -344,7 +329,7 @@ async def test_admin_queries(cluster: Any, admin: Admin) -> None:
     c.register_listener(col)
     await c.start()
     try:
-        await wait_until(lambda: len(col.bodies()) == 5, 30, "the five messages")
+        await aeventually(lambda: len(col.bodies()) == 5, "the five messages", timeout=30)
         assert c.client_id in await admin.consumer_ids(group)
         connections = await admin.consumer_connections(group)
         assert c.client_id in {x["clientId"] for x in connections["connectionSet"]}

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 import pytest
-from client_fakes import FakeBroker, wait_until
+from client_fakes import FakeBroker
 
 from txmq.client import Message, MessageQueue, Producer, SendStatus
 from txmq.client.api import send_v2_ext
@@ -18,6 +18,7 @@ from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import SendMessageRequestHeader
 from txmq.protocol.record import Prop, decode_batch, decode_properties
+from txmq.testing import aeventually
 
 MakeBroker = Callable[..., Awaitable[FakeBroker]]
 RW = 6
@@ -218,7 +219,7 @@ async def test_oneway_and_async_sends(namesrv: str, make_broker: MakeBroker) -> 
         await producer.send_oneway(Message("T", b"fire"))
         task = producer.send_async(Message("T", b"later"), callback=lambda r, e: called.append((r, e)))
         result = await task
-        await wait_until(lambda: len(sends(broker)) == 2, what="both sends")
+        await aeventually(lambda: len(sends(broker)) == 2, "both sends")
     assert called == [(result, None)]
     oneway = next(c for c in sends(broker) if c.body == b"fire")
     assert oneway.flag & 2
@@ -275,8 +276,8 @@ async def test_heartbeats_and_route_refresh_run_on_the_clock(namesrv: str, make_
         await broker.register(namesrv, {"T": (3, 3, RW)})  # the topic grows
         assert len(await producer.fetch_publish_queues("T")) == 1  # cached until the next refresh
         await clock.advance(30)
-        await wait_until(lambda: len(broker.of_code(RequestCode.HEART_BEAT)) > beats, what="a periodic heartbeat")
-        await wait_until(lambda: producer.instance.route("T").publish_queues().__len__() == 3, what="route refresh")  # type: ignore[union-attr]
+        await aeventually(lambda: len(broker.of_code(RequestCode.HEART_BEAT)) > beats, "a periodic heartbeat")
+        await aeventually(lambda: producer.instance.route("T").publish_queues().__len__() == 3, "route refresh")  # type: ignore[union-attr]
 
 
 async def test_broker_initiated_requests_reach_registered_handlers(namesrv: str, make_broker: MakeBroker) -> None:
@@ -290,7 +291,7 @@ async def test_broker_initiated_requests_reach_registered_handlers(namesrv: str,
         (conn,) = broker.connections
         conn.send_oneway(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, {"msgId": "M1"}))
         unknown = await conn.request(RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO), 5)
-        await wait_until(lambda: checks, what="the check request")
+        await aeventually(lambda: checks, "the check request")
     assert checks[0].ext_fields["msgId"] == "M1"
     assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
 
@@ -318,7 +319,7 @@ async def test_a_failed_send_refreshes_the_route_at_once(namesrv: str, make_brok
         a.handlers[RequestCode.SEND_MESSAGE_V2] = refuse(ResponseCode.NO_PERMISSION)  # ... and refuses sends
         for _ in range(4):
             assert (await producer.send(Message("T", b"x"))).message_queue.broker_name == "broker-b"
-        await wait_until(
+        await aeventually(
             lambda: [q.broker_name for q in producer.instance.route("T").publish_queues()] == ["broker-b"],  # type: ignore[union-attr]
-            what="the refreshed route",
+            "the refreshed route",
         )

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 import pytest
-from client_fakes import FakeBroker, stored, wait_until
+from client_fakes import FakeBroker, stored
 
 from txmq.client import (
     ConsumeFromWhere,
@@ -24,6 +24,7 @@ from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
 from txmq.protocol.record import Prop, decode_properties
+from txmq.testing import aeventually
 
 MakeBroker = Callable[..., Awaitable[FakeBroker]]
 RW = 6
@@ -52,13 +53,13 @@ async def test_rebalance_takes_its_share_and_follows_notifications(namesrv: str,
         assert consumer.assigned_queues() == [MessageQueue(RETRY, "broker-a", 0)] + [
             MessageQueue("T", "broker-a", i) for i in (0, 1)
         ]
-        await wait_until(lambda: {h.queueId for h in pulls(broker, "T")} == {0, 1}, what="pulls on both queues")
+        await aeventually(lambda: {h.queueId for h in pulls(broker, "T")} == {0, 1}, "pulls on both queues")
         assert {h.queueId: h.queueOffset for h in pulls(broker, "T")} == {0: 5, 1: 6}  # committed offsets
 
         broker.consumer_ids = ["0.0.0.0@other", me]  # now we sort second
         await broker.notify_consumer_ids_changed("G")
         want = [MessageQueue("T", "broker-a", i) for i in (2, 3)]
-        await wait_until(lambda: consumer.assigned_queues() == want, what="the new allocation")
+        await aeventually(lambda: consumer.assigned_queues() == want, "the new allocation")
         # Queues handed away get their offsets committed (two-way) for the next owner.
         commits = {
             (c.ext_fields["topic"], c.ext_fields["queueId"]): c.ext_fields["commitOffset"]
@@ -111,7 +112,7 @@ async def test_start_offset_follows_consume_from_where(
     consumer.register_listener(ok)
     broker.consumer_ids = [consumer.config.client_id]
     async with consumer:
-        await wait_until(lambda: pulls(broker, "T") and pulls(broker, RETRY), what="first pulls")
+        await aeventually(lambda: pulls(broker, "T") and pulls(broker, RETRY), "first pulls")
         (first,) = pulls(broker, "T")
         assert first.queueOffset == expected
         # The retry topic starts at 0 (LAST/FIRST) or at its max (TIMESTAMP), never by searching.
@@ -144,23 +145,23 @@ async def test_messages_are_filtered_by_tag_and_offsets_committed(namesrv: str, 
     broker.consumer_ids = [consumer.config.client_id]
     async with consumer:
         mq = MessageQueue("T", "broker-a", 0)
-        await wait_until(lambda: len(got) == 2, what="two TagA messages")
+        await aeventually(lambda: len(got) == 2, "two TagA messages")
         # TagB at offset 1 never reaches the listener, and does not hold the offset back.
-        await wait_until(lambda: consumer._offset_store.get(mq) == 3, what="offset 3")  # type: ignore[union-attr]
+        await aeventually(lambda: consumer._offset_store.get(mq) == 3, "offset 3")  # type: ignore[union-attr]
         gate.set()
-        await wait_until(lambda: [h.queueOffset for h in pulls(broker, "T")] == [0, 3, 5], what="pull offsets")
+        await aeventually(lambda: [h.queueOffset for h in pulls(broker, "T")] == [0, 3, 5], "pull offsets")
         assert [m.body for m in got] == [b"a", b"c"]
         assert got[0].properties[Prop.MAX_OFFSET] == "3" and got[0].topic == "T"
         third = pulls(broker, "T")[2]
         # The consumed offset rides on the pull; the broker-filtered range 3..4 counts as consumed too.
         assert third.sysFlag & 0x1 and third.commitOffset == 5
         await clock.advance(5)  # the periodic (oneway) offset commit
-        await wait_until(
+        await aeventually(
             lambda: any(
                 c.ext_fields["topic"] == "T" and c.ext_fields["commitOffset"] == "5"
                 for c in broker.of_code(RequestCode.UPDATE_CONSUMER_OFFSET)
             ),
-            what="offset 5 committed (the filtered tail counts as consumed)",
+            "offset 5 committed (the filtered tail counts as consumed)",
         )
 
 
@@ -186,8 +187,8 @@ async def test_failed_messages_go_back_to_the_broker_or_the_retry_topic(namesrv:
     consumer.register_listener(reject)
     broker.consumer_ids = [consumer.config.client_id]
     async with consumer:
-        await wait_until(lambda: broker.of_code(RequestCode.SEND_MESSAGE_V2), what="the fallback send")
-        await wait_until(lambda: consumer._offset_store.get(MessageQueue("T", "broker-a", 0)) == 2, what="offset 2")  # type: ignore[union-attr]
+        await aeventually(lambda: broker.of_code(RequestCode.SEND_MESSAGE_V2), "the fallback send")
+        await aeventually(lambda: consumer._offset_store.get(MessageQueue("T", "broker-a", 0)) == 2, "offset 2")  # type: ignore[union-attr]
     first_back = back_calls[0].ext_fields
     assert first_back["group"] == "G" and first_back["delayLevel"] == "0" and first_back["maxReconsumeTimes"] == "16"
     offsets = {c.ext_fields["offset"] for c in back_calls}
@@ -221,7 +222,7 @@ async def test_retry_topic_messages_show_their_original_topic(namesrv: str, make
     consumer.register_listener(listener)
     broker.consumer_ids = [consumer.config.client_id]
     async with consumer:
-        await wait_until(lambda: got, what="the retried message")
+        await aeventually(lambda: got, "the retried message")
     assert got[0].topic == "T" and got[0].reconsume_times == 1 and got[0].body == b"again"
 
 
@@ -242,12 +243,12 @@ async def test_orderly_locks_first_retries_in_place_and_unlocks(namesrv: str, ma
     consumer.register_listener(listener, orderly=True)
     broker.consumer_ids = [consumer.config.client_id]
     async with consumer:
-        await wait_until(lambda: len(seen) == 4, what="four deliveries")
+        await aeventually(lambda: len(seen) == 4, "four deliveries")
         assert seen == [0, 0, 1, 2]  # the suspended message is retried before anything behind it
         first_lock = broker.requests.index(broker.of_code(RequestCode.LOCK_BATCH_MQ)[0])
         first_pull = broker.requests.index(broker.of_code(RequestCode.PULL_MESSAGE)[0])
         assert first_lock < first_pull
-        await wait_until(lambda: consumer._offset_store.get(MessageQueue("T", "broker-a", 0)) == 3, what="offset 3")  # type: ignore[union-attr]
+        await aeventually(lambda: consumer._offset_store.get(MessageQueue("T", "broker-a", 0)) == 3, "offset 3")  # type: ignore[union-attr]
     unlocked = [orjson.loads(c.body) for c in broker.of_code(RequestCode.UNLOCK_BATCH_MQ)]
     assert {(m["topic"], m["queueId"]) for u in unlocked for m in u["mqSet"]} >= {("T", 0)}
     final = {
@@ -274,7 +275,7 @@ async def test_broadcasting_keeps_offsets_locally(namesrv: str, make_broker: Mak
     consumer.register_listener(lambda msgs: got.extend(msgs) or ConsumeStatus.CONSUME_SUCCESS)
     async with consumer:
         assert len(consumer.assigned_queues()) == 2  # every queue; no retry topic in broadcasting
-        await wait_until(lambda: got, what="the message")
+        await aeventually(lambda: got, "the message")
     assert not broker.of_code(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
     assert not broker.of_code(RequestCode.QUERY_CONSUMER_OFFSET)
     saved = orjson.loads((Path(str(tmp_path)) / "BG.json").read_bytes())
@@ -313,8 +314,8 @@ async def test_orderly_waits_for_the_broker_lock_and_renews_it(namesrv: str, mak
         assert not broker.of_code(RequestCode.PULL_MESSAGE)
         granted |= {("T", 0), (RETRY, 0)}
         await clock.advance(20)  # the next rebalance locks and starts pulling
-        await wait_until(lambda: len(consumer.assigned_queues()) == 2, what="both queues locked")
-        await wait_until(lambda: pulls(broker, "T"), what="a pull after the lock")
+        await aeventually(lambda: len(consumer.assigned_queues()) == 2, "both queues locked")
+        await aeventually(lambda: pulls(broker, "T"), "a pull after the lock")
         locks_before = len(broker.of_code(RequestCode.LOCK_BATCH_MQ))
         await clock.advance(20)  # the 20 s re-lock (and a rebalance) renew the locks
-        await wait_until(lambda: len(broker.of_code(RequestCode.LOCK_BATCH_MQ)) > locks_before, what="a re-lock")
+        await aeventually(lambda: len(broker.of_code(RequestCode.LOCK_BATCH_MQ)) > locks_before, "a re-lock")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from cluster_harness import DevCluster
 from listeners import Collector
 from txmq.client import Message
 from txmq.client.sync import Admin, Producer, PushConsumer
+from txmq.testing import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -102,14 +102,6 @@ def mqadmin(mqadmin_classpath: str, mqadmin_home: Path, txmq_cluster: DevCluster
 
 def _name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
-
-
-def _eventually(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def _table(text: str, sep: str) -> dict[str, str]:
@@ -251,7 +243,7 @@ def test_update_sub_group(mqadmin: Callable[..., Run], txmq_cluster: DevCluster)
     with Admin(txmq_cluster.namesrv_addr) as admin:
         admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=1, write_queue_nums=1)
         with consumer:
-            _eventually(lambda: _retry_queues(admin, group) == 2, "the group's retry topic with 2 queues")
+            eventually(lambda: _retry_queues(admin, group) == 2, "the group's retry topic with 2 queues")
 
 
 def _retry_queues(admin: Admin, group: str) -> int:
@@ -276,8 +268,8 @@ def test_live_producer_and_consumer_progress_and_offset_reset(
         consumer.register_listener(collector)
         consumer.start()
         try:
-            _eventually(lambda: sorted(collector.bodies()) == bodies, "the consumer to receive every message")
-            _eventually(
+            eventually(lambda: sorted(collector.bodies()) == bodies, "the consumer to receive every message")
+            eventually(
                 lambda: _lag(admin, cgroup, topic) == 0, "the consumer's offsets to reach the broker's", timeout=30
             )
 
@@ -311,7 +303,7 @@ def test_live_producer_and_consumer_progress_and_offset_reset(
             reset = mqadmin("resetOffsetByTime", "-g", cgroup, "-t", topic, "-s", "0").ok().stdout
             assert f"rollback consumer offset by specified group[{cgroup}], topic[{topic}], force[true]" in reset
             assert sorted(r[1:3] for r in _rows(reset, "broker-a")) == [["0", "0"], ["1", "0"]]
-            _eventually(
+            eventually(
                 lambda: sorted(collector.bodies()) == sorted(bodies * 2), "every message a second time after the reset"
             )
         finally:
@@ -319,7 +311,7 @@ def test_live_producer_and_consumer_progress_and_offset_reset(
 
         # Offline group: mqadmin falls back to rewriting the offsets itself (CONSUMER_NOT_ONLINE, then
         # SEARCH_OFFSET_BY_TIMESTAMP and UPDATE_CONSUMER_OFFSET per queue).
-        _eventually(lambda: not _online(admin, cgroup), "the consumer to leave its group")
+        eventually(lambda: not _online(admin, cgroup), "the consumer to leave its group")
         offline = mqadmin("resetOffsetByTime", "-g", cgroup, "-t", topic, "-s", "0").ok().stdout
         assert f"rollback consumer offset by specified consumerGroup[{cgroup}], topic[{topic}]" in offline
         rolled = _rows(offline, "broker-a")

@@ -10,8 +10,9 @@ import pytest
 
 from compat.cpp_client import cpp_processes
 from txmq.client import Admin, Message, Producer
+from txmq.testing import aeventually
 
-from .test_offsets_dlq import create_group, create_topic, until
+from .test_offsets_dlq import create_group, create_topic
 
 pytestmark = pytest.mark.slow
 
@@ -45,12 +46,14 @@ async def test_cpp_consumer_failures_are_retried_then_dead_lettered(make_cluster
         def deliveries() -> list[dict[str, Any]]:
             return [e for e in consumer.received() if e["body"] == "charge-42"]
 
-        await until(lambda: any(e["reconsume_times"] == RETRY_MAX for e in deliveries()), "the last retry", 60)
+        await aeventually(
+            lambda: any(e["reconsume_times"] == RETRY_MAX for e in deliveries()), "the last retry", timeout=60
+        )
 
         async def dead() -> bool:
             return len(await admin.dead_letters(group)) == 1
 
-        await until(dead, "the message in the DLQ", 30)
+        await aeventually(dead, "the message in the DLQ", timeout=30)
         await asyncio.sleep(1.5)  # any further (wrong) delivery would come within one delay level
         consumer.stop()
         got = deliveries()

@@ -15,20 +15,13 @@ from txmq.client import Admin, ConsumeFromWhere, ConsumeStatus, Message, Produce
 from txmq.net import connect
 from txmq.protocol.codes import RequestCode
 from txmq.protocol.frame import RemotingCommand
+from txmq.testing import aeventually
 
 
 async def txmq_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(
         subprocess.run, [sys.executable, "-m", "txmq", *args], capture_output=True, text=True, timeout=60
     )
-
-
-async def until(cond: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not (await cond() if asyncio.iscoroutinefunction(cond) else cond()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        await asyncio.sleep(0.1)
 
 
 async def create_topic(admin: Admin, broker_addr: str, topic: str, queues: int) -> None:
@@ -41,7 +34,7 @@ async def create_topic(admin: Admin, broker_addr: str, topic: str, queues: int) 
             return False
         return bool(route.broker_datas)
 
-    await until(routed, f"a route for {topic}")
+    await aeventually(routed, f"a route for {topic}", timeout=60)
 
 
 async def create_group(broker_addr: str, group: str, retry_max_times: int) -> None:
@@ -77,30 +70,34 @@ async def test_reset_offset_makes_a_live_group_reread(make_cluster: Any) -> None
         await consumer.start()
         try:
             first = {f"a{i}".encode() for i in range(20)}
-            await until(lambda: set(seen) == first, "the first pass")
+            await aeventually(lambda: set(seen) == first, "the first pass", timeout=60)
             assert set(seen.values()) == {1}
 
             cli = await txmq_cli("admin", "-n", ns, "consumer", "reset-offset", group, topic, "--to", "earliest")
             assert cli.returncode == 0, cli.stderr
             assert "1 online consumer" in cli.stdout
-            await until(lambda: all(seen[b] == 2 for b in first), "every message read again after the reset")
+            await aeventually(
+                lambda: all(seen[b] == 2 for b in first), "every message read again after the reset", timeout=60
+            )
 
             mark = str(int(time.time() * 1000))
             await asyncio.sleep(0.05)  # store times of the next sends are after the mark
             for i in range(5):
                 await producer.send(Message(topic, f"b{i}".encode()))
             later = {f"b{i}".encode() for i in range(5)}
-            await until(lambda: all(seen[b] == 1 for b in later), "the new messages")
+            await aeventually(lambda: all(seen[b] == 1 for b in later), "the new messages", timeout=60)
             cli = await txmq_cli("admin", "-n", ns, "consumer", "reset-offset", group, topic, "--to", mark)
             assert cli.returncode == 0, cli.stderr
-            await until(lambda: all(seen[b] == 2 for b in later), "the messages after the timestamp again")
+            await aeventually(
+                lambda: all(seen[b] == 2 for b in later), "the messages after the timestamp again", timeout=60
+            )
             cli = await txmq_cli("admin", "-n", ns, "consumer", "reset-offset", group, topic, "--to", "latest")
             assert cli.returncode == 0, cli.stderr
 
             async def no_lag() -> bool:
                 return await admin_lag(ns, group, topic) == 0
 
-            await until(no_lag, "the group at the end of the topic")
+            await aeventually(no_lag, "the group at the end of the topic", timeout=60)
             await asyncio.sleep(1.0)  # give a wrong re-delivery the chance to show up
             assert all(seen[b] == 2 for b in first), "a reset to a timestamp re-read older messages"
             assert all(seen[b] == 2 for b in later)
@@ -144,7 +141,7 @@ async def test_dlq_list_and_resend_through_the_cli(make_cluster: Any) -> None:
             async def both_dead() -> bool:
                 return len(await admin.dead_letters(group)) == 2
 
-            await until(both_dead, "both messages in the DLQ")
+            await aeventually(both_dead, "both messages in the DLQ", timeout=60)
         finally:
             await consumer.shutdown()
         assert attempts == {b"d0": 2, b"d1": 2}  # the delivery and one retry
@@ -181,7 +178,7 @@ async def test_dlq_list_and_resend_through_the_cli(make_cluster: Any) -> None:
         consumer.register_listener(ok)
         await consumer.start()
         try:
-            await until(lambda: len(got) >= 2, "the resent messages")
+            await aeventually(lambda: len(got) >= 2, "the resent messages", timeout=60)
             await asyncio.sleep(0.5)
         finally:
             await consumer.shutdown()

@@ -17,6 +17,7 @@ import pytest
 
 from txmq.client import Message
 from txmq.client.sync import Admin, Producer
+from txmq.testing import eventually
 
 CHILD = Path(__file__).with_name("orderly_child.py")
 QUEUES = 4
@@ -67,14 +68,6 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
-def wait_until(cond: Any, what: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.1)
-
-
 def test_orderly_three_consumers_one_killed(make_cluster: Any, children: Children, tmp_path: Path) -> None:
     cluster = make_cluster({"txmqLockMaxLiveTimeMills": str(LOCK_LIFETIME_S * 1000)})
     ns = cluster.namesrv_addr
@@ -94,16 +87,16 @@ def test_orderly_three_consumers_one_killed(make_cluster: Any, children: Childre
         return {(e["q"], e["off"]) for e in read_events(out) if e["ev"] == "end"}
 
     first = children.start(*args)
-    wait_until(lambda: len(ended()) >= 10, "the first consumer processes messages")
+    eventually(lambda: len(ended()) >= 10, "the first consumer processes messages", timeout=90)
     children.start(*args)
     children.start(*args)
-    wait_until(lambda: len(ended()) >= QUEUES * PER_QUEUE * 0.4, "40% processed")
+    eventually(lambda: len(ended()) >= QUEUES * PER_QUEUE * 0.4, "40% processed", timeout=90)
     # Kill the member that is processing right now (the first one holds queues in every allocation of 4 over 3).
     victim = first
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
     kill_ns = time.time_ns()
-    wait_until(lambda: len(ended()) == QUEUES * PER_QUEUE, "every message processed after the kill")
+    eventually(lambda: len(ended()) == QUEUES * PER_QUEUE, "every message processed after the kill", timeout=90)
     events = read_events(out)
     pids = {e["pid"] for e in events}
     assert len(pids) >= 2, "the survivors never took over"

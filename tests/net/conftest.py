@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -46,16 +46,6 @@ class RawClient:
 
     def close(self) -> None:
         self.writer.close()
-
-
-async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll until ``predicate()`` holds (a wait, never a timing assertion)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 def echo(conn, cmd: RemotingCommand) -> RemotingCommand:

@@ -10,8 +10,9 @@ import pytest
 from txmq.errors import ConnectionClosedError
 from txmq.net import Connection, Server, connect
 from txmq.protocol.frame import RemotingCommand, encode_frame
+from txmq.testing import aeventually
 
-from .conftest import RawClient, wait_for
+from .conftest import RawClient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,16 +49,16 @@ async def test_in_flight_cap_pauses_reading_and_resumes() -> None:
             asyncio.ensure_future(client.request(RemotingCommand.request(10, body=b"%d" % i), timeout=30))
             for i in range(n)
         ]
-        await wait_for(lambda: len(server.connections) == 1)
+        await aeventually(lambda: len(server.connections) == 1)
         (conn,) = server.connections
-        await wait_for(lambda: conn.reading_paused)
+        await aeventually(lambda: conn.reading_paused)
         await _settled(lambda: started)
         assert started == 4 and conn.in_flight == 4  # the other 46 wait, unread or held back, not running
         gate.set()
         responses = await asyncio.gather(*tasks)
         assert [r.body for r in responses] == [b"%d" % i for i in range(n)]
         assert started == n
-        await wait_for(lambda: not conn.reading_paused)
+        await aeventually(lambda: not conn.reading_paused)
     finally:
         client.close()
         await server.close()
@@ -78,9 +79,9 @@ async def test_peer_that_does_not_read_stops_being_read() -> None:
     try:
         n = 2000  # 500 MiB of responses if the server buffered them all
         raw.writer.write(b"".join(encode_frame(RemotingCommand(code=10, opaque=i)) for i in range(n)))
-        await wait_for(lambda: len(server.connections) == 1)
+        await aeventually(lambda: len(server.connections) == 1)
         (conn,) = server.connections
-        await wait_for(lambda: conn.reading_paused, timeout=10)
+        await aeventually(lambda: conn.reading_paused, timeout=10)
         await _settled(lambda: handled)
         assert conn.reading_paused
         assert handled < n // 2  # bounded by the kernel's socket buffers, not by the number of requests

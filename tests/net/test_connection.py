@@ -14,8 +14,9 @@ from txmq.net import Connection, Server, connect
 from txmq.net.connection import _address
 from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand, encode_frame
+from txmq.testing import aeventually
 
-from .conftest import RawClient, wait_for
+from .conftest import RawClient
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -31,7 +32,7 @@ async def test_request_response(echo_server: Server) -> None:
         assert conn.pending_requests == 0
         assert conn.peer == ("127.0.0.1", echo_server.port)
         assert conn.local[0] == "127.0.0.1"
-        await wait_for(lambda: len(echo_server.connections) == 1)
+        await aeventually(lambda: len(echo_server.connections) == 1)
         (server_side,) = echo_server.connections
         assert server_side.peer == conn.local and server_side.local == conn.peer
     finally:
@@ -69,7 +70,7 @@ async def test_concurrent_requests_answered_out_of_order() -> None:
             for i in range(n)
         ]
         (server_side,) = await _server_connections(server, 1)
-        await wait_for(lambda: server_side.in_flight == n)  # all handlers run at once: the read loop never waited
+        await aeventually(lambda: server_side.in_flight == n)  # all handlers run at once: the read loop never waited
         for i in reversed(range(n)):
             gates[i].set()
             await asyncio.sleep(0)
@@ -83,7 +84,7 @@ async def test_concurrent_requests_answered_out_of_order() -> None:
 
 
 async def _server_connections(server: Server, count: int) -> list[Connection]:
-    await wait_for(lambda: len(server.connections) == count)
+    await aeventually(lambda: len(server.connections) == count)
     return list(server.connections)
 
 
@@ -299,7 +300,7 @@ async def test_local_close_fails_waiting_requests() -> None:
     conn = await connect("127.0.0.1", server.port)
     try:
         tasks = [asyncio.ensure_future(conn.request(RemotingCommand.request(10), timeout=60)) for _ in range(5)]
-        await wait_for(lambda: conn.pending_requests == 5)
+        await aeventually(lambda: conn.pending_requests == 5)
         conn.close("client shutting down")
         for task in tasks:
             with pytest.raises(ConnectionClosedError, match="client shutting down"):
@@ -312,11 +313,11 @@ async def test_local_close_fails_waiting_requests() -> None:
 async def test_server_close_closes_its_connections() -> None:
     server = await Server.start("127.0.0.1", 0, lambda conn, cmd: cmd.response())
     clients = [await connect("127.0.0.1", server.port) for _ in range(3)]
-    await wait_for(lambda: len(server.connections) == 3)
+    await aeventually(lambda: len(server.connections) == 3)
     await server.close()
     assert not server.connections
     for client in clients:
-        await wait_for(lambda c=client: c.closed)
+        await aeventually(lambda c=client: c.closed)
     with pytest.raises(ConnectError):
         await connect("127.0.0.1", clients[0].peer[1])
 

@@ -11,8 +11,9 @@ import pytest
 
 from txmq.net import Server, connect
 from txmq.protocol.frame import RemotingCommand, encode_frame
+from txmq.testing import aeventually
 
-from .conftest import RawClient, echo, wait_for
+from .conftest import RawClient, echo
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -52,11 +53,11 @@ async def test_malformed_input_closes_only_that_connection(name: str, caplog: py
     good = await connect("127.0.0.1", server.port)
     bad = await RawClient.open(server.port)
     try:
-        await wait_for(lambda: len(server.connections) == 2)
+        await aeventually(lambda: len(server.connections) == 2)
         with caplog.at_level(logging.WARNING, logger="txmq.net"):
             await bad.send(BAD_INPUTS[name])
             await bad.read_eof()  # the server hangs up on the bad client
-            await wait_for(lambda: len(server.connections) == 1)
+            await aeventually(lambda: len(server.connections) == 1)
         bad_port = bad.writer.get_extra_info("sockname")[1]
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert any(f"127.0.0.1:{bad_port}" in m and REASONS[name] in m for m in warnings), warnings
@@ -78,13 +79,13 @@ async def test_truncated_frame_then_close(caplog: pytest.LogCaptureFixture) -> N
     good = await connect("127.0.0.1", server.port)
     bad = await RawClient.open(server.port)
     try:
-        await wait_for(lambda: len(server.connections) == 2)
+        await aeventually(lambda: len(server.connections) == 2)
         frame = encode_frame(RemotingCommand(code=10, opaque=5, body=b"x" * 100))
         with caplog.at_level(logging.INFO, logger="txmq.net"):
             await bad.send(frame[:50])
             bad.writer.close()
             await bad.writer.wait_closed()
-            await wait_for(lambda: len(server.connections) == 1)
+            await aeventually(lambda: len(server.connections) == 1)
         assert any("in the middle of a frame" in r.getMessage() for r in caplog.records)
         assert (await good.request(RemotingCommand.request(10, body=b"ok"), timeout=5)).body == b"ok"
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import uuid
 from collections.abc import Callable
@@ -17,22 +16,13 @@ from txmq.client import (
     MessageExt,
     PushConsumer,
 )
+from txmq.testing import aeventually
 
 FAST = {"rebalance_interval": 1.0, "poll_name_server_interval": 2.0, "heartbeat_interval": 2.0}
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
-
-
-async def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until it is truthy; a cap, not a timing assertion."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def make_topic(namesrv: str, queues: int = 4) -> str:
@@ -42,16 +32,8 @@ async def make_topic(namesrv: str, queues: int = 4) -> str:
         info = await admin.cluster_info()
         (cluster_name,) = info.clusters
         await admin.create_topic(topic, cluster=cluster_name, read_queue_nums=queues, write_queue_nums=queues)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 15
-        while True:
-            try:
-                await admin.topic_route(topic)
-                return topic
-            except Exception:
-                if loop.time() > deadline:
-                    raise
-                await asyncio.sleep(0.05)
+        await aeventually(lambda: admin.topic_route(topic), f"a route for {topic}", timeout=15, retry_on=(Exception,))
+    return topic
 
 
 async def start_consumer(namesrv: str, topic: str, collector: Collector, **options: Any) -> PushConsumer:

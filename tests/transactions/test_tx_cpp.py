@@ -14,8 +14,9 @@ import pytest
 
 from compat.cpp_client import cpp_processes
 from txmq.client import LocalTransactionState, Message, TransactionProducer
+from txmq.testing import aeventually
 
-from .helpers import FAST, BookListener, make_topic, unique, wait_until
+from .helpers import FAST, BookListener, make_topic, unique
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +44,9 @@ async def test_cpp_push_consumer_sees_committed_transactional_messages(txmq_clus
             await producer.send_message_in_transaction(
                 Message(topic, body, tags="TagTx", keys=[f"key-{body.decode()}"])
             )
-        await wait_until(lambda: listener.checked_bodies() >= in_doubt, 60, "the checks of the in-doubt messages")
+        await aeventually(
+            lambda: listener.checked_bodies() >= in_doubt, "the checks of the in-doubt messages", timeout=60
+        )
         consumer = cpp(
             [
                 "consume",

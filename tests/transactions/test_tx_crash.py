@@ -19,8 +19,9 @@ from txmq.client import LocalTransactionState, Message, TransactionProducer
 from txmq.protocol.record import MessageRecord, Prop, TransactionType, decode_offset_msg_id, with_transaction_type
 from txmq.store.config import StoreConfig
 from txmq.store.message_store import MessageStore
+from txmq.testing import aeventually
 
-from .helpers import FAST, BookListener, make_topic, pending_half_offsets, read_topic, unique, wait_until
+from .helpers import FAST, BookListener, make_topic, pending_half_offsets, read_topic, unique
 
 pytestmark = pytest.mark.slow
 
@@ -30,20 +31,17 @@ C, R, U = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK, LocalTra
 async def settled(ns: str, topic: str, committed: set[bytes], timeout: float = 90) -> Counter[bytes]:
     """Wait until nothing is in doubt and every committed body is stored; returns the real topic's bodies."""
     seen: Counter[bytes] = Counter()
-    pending: set[int] = {-1}
 
-    async def poll() -> None:
-        nonlocal seen, pending
+    async def done() -> bool:
+        nonlocal seen
         seen = Counter(m.body for m in await read_topic(ns, topic))
         pending = await pending_half_offsets(ns)
+        assert not pending and committed <= set(seen), (
+            f"in doubt: {sorted(pending)[:10]}, missing {committed - set(seen)}"
+        )
+        return True
 
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    await poll()
-    while pending or not committed <= set(seen):
-        assert loop.time() < deadline, f"still in doubt: {sorted(pending)[:10]}, missing {committed - set(seen)}"
-        await asyncio.sleep(0.5)
-        await poll()
+    await aeventually(done, "every transaction settled", timeout=timeout, interval=0.5, retry_on=(AssertionError,))
     return seen
 
 
@@ -74,7 +72,7 @@ async def test_kill_between_prepare_and_end_transaction(make_cluster: Any) -> No
             await producer.send_message_in_transaction(Message(topic, f"pre-commit-{i}".encode()))
             await producer.send_message_in_transaction(Message(topic, f"pre-rollback-{i}".encode()))
         tasks = [asyncio.ensure_future(producer.send_message_in_transaction(Message(topic, body))) for body in gated]
-        await wait_until(lambda: entered == set(gated), 30, "every gated half message to be stored")
+        await aeventually(lambda: entered == set(gated), "every gated half message to be stored", timeout=30)
         cluster.kill()  # prepared and acknowledged, END_TRANSACTION not sent yet
         gate.set()
         results = await asyncio.gather(*tasks)  # END_TRANSACTION cannot reach the dead broker: logged, not raised
@@ -159,7 +157,7 @@ async def test_kill_during_a_check_round(make_cluster: Any) -> None:
 
     checker = Slow(book=book)
     async with TransactionProducer(group, ns, checker, instance_name=unique("p2"), check_threads=2, **FAST) as p:
-        await wait_until(lambda: len(checker.checked) >= count // 4, 60, "checks to start flowing")
+        await aeventually(lambda: len(checker.checked) >= count // 4, "checks to start flowing", timeout=60)
         cluster.kill()
         at_kill = len(checker.checked)
         assert at_kill < count, "every check was answered before the kill; nothing was in flight"

@@ -26,8 +26,9 @@ from txmq.client import (
     sync,
 )
 from txmq.protocol.record import Prop, TransactionType, decode_offset_msg_id
+from txmq.testing import aeventually, eventually
 
-from .helpers import FAST, BookListener, Collector, make_topic, start_consumer, unique, wait_until
+from .helpers import FAST, BookListener, Collector, make_topic, start_consumer, unique
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +67,7 @@ async def test_commit_once_rollback_never_unknown_resolved_by_check(txmq_cluster
                 assert result.local_transaction_state is expected, body
             committed = {b for b in bodies if b.startswith((b"commit", b"unknown"))} | {b"boom-0", b"boom-2"}
             assert len(committed) == 5 + 5 + 2
-            await wait_until(lambda: set(collector.body_counts()) >= committed, 60, "every committed message")
+            await aeventually(lambda: set(collector.body_counts()) >= committed, "every committed message", timeout=60)
             # The in-doubt ones were resolved by checks; decided ones need none.
             assert listener.checked_bodies() >= {b for b in bodies if b.startswith((b"unknown", b"boom"))}
             checked = listener.checked[0]
@@ -109,7 +110,9 @@ async def test_async_listener_and_exception_means_unknown(txmq_cluster: Any) -> 
             failed = await p.send_message_in_transaction(Message(topic, b"async-fail"), "fail")
             assert ok.local_transaction_state is C and LocalTransactionState.COMMIT_MESSAGE is C
             assert failed.local_transaction_state is U
-            await wait_until(lambda: set(collector.body_counts()) == {b"async-ok", b"async-fail"}, 60, "both messages")
+            await aeventually(
+                lambda: set(collector.body_counts()) == {b"async-ok", b"async-fail"}, "both messages", timeout=60
+            )
             assert p.checks_answered >= 1
         await asyncio.sleep(1)
     finally:
@@ -142,10 +145,11 @@ def test_blocking_producer_runs_the_local_transaction_in_the_calling_thread(txmq
             ]
         assert [r.local_transaction_state for r in results] == [C if i % 10 == 0 else R for i in range(20)]
         assert threads == [threading.get_ident()] * 20
-        deadline = time.monotonic() + 60
-        while set(collector.body_counts()) != {b"blocking-0", b"blocking-10"}:
-            assert time.monotonic() < deadline, collector.body_counts()
-            time.sleep(0.05)
+        eventually(
+            lambda: set(collector.body_counts()) == {b"blocking-0", b"blocking-10"},
+            "both committed messages",
+            timeout=60,
+        )
         time.sleep(1)
     assert collector.body_counts() == {b"blocking-0": 1, b"blocking-10": 1}
 
@@ -181,8 +185,10 @@ async def test_producer_killed_after_prepare_is_resolved_by_another_instance(txm
     committed = {b for b, s in book.items() if s is C}
     try:
         async with TransactionProducer(group, ns, listener, instance_name=unique("survivor"), **FAST) as survivor:
-            await wait_until(lambda: listener.checked_bodies() == set(book), 60, "checks of every orphaned message")
-            await wait_until(lambda: set(collector.body_counts()) == committed, 60, "the committed orphans")
+            await aeventually(
+                lambda: listener.checked_bodies() == set(book), "checks of every orphaned message", timeout=60
+            )
+            await aeventually(lambda: set(collector.body_counts()) == committed, "the committed orphans", timeout=60)
             assert survivor.checks_answered >= count
             assert {m.body: m.msg_id for m in listener.checked} == prepared
         await asyncio.sleep(1.5)

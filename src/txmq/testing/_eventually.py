@@ -16,11 +16,12 @@ DEFAULT_TIMEOUT = 30.0
 DEFAULT_INTERVAL = 0.02
 
 
-def _describe(cond: Callable[..., Any], what: str | None) -> str:
-    return what if what is not None else getattr(cond, "__qualname__", repr(cond))
-
-
-def _failure(what: str, timeout: float, last: BaseException | None) -> AssertionError:
+def _failure(cond: Callable[..., Any], what: str | None, timeout: float, last: BaseException | None) -> AssertionError:
+    if what is None:
+        try:  # a lambda's source line says what it waited for better than "<lambda>"
+            what = inspect.getsource(cond).strip()
+        except (OSError, TypeError):
+            what = getattr(cond, "__qualname__", repr(cond))
     tail = f" (last error: {last!r})" if last is not None else ""
     return AssertionError(f"never happened within {timeout:g}s: {what}{tail}")
 
@@ -38,7 +39,6 @@ def eventually(
     An exception of a type in ``retry_on`` counts as "not yet". After ``timeout`` seconds an AssertionError says
     ``what`` never happened (and the last such exception).
     """
-    description = _describe(cond, what)
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
     while True:
@@ -49,7 +49,7 @@ def eventually(
         except retry_on as exc:
             last = exc
         if time.monotonic() > deadline:
-            raise _failure(description, timeout, last) from last
+            raise _failure(cond, what, timeout, last) from last
         time.sleep(interval)
 
 
@@ -63,7 +63,6 @@ async def aeventually(
 ) -> T:
     """:func:`eventually` for the event loop: ``cond`` may be a plain or an ``async`` callable; the loop keeps
     running between tries."""
-    description = _describe(cond, what)
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
     while True:
@@ -76,5 +75,5 @@ async def aeventually(
         except retry_on as exc:
             last = exc
         if time.monotonic() > deadline:
-            raise _failure(description, timeout, last) from last
+            raise _failure(cond, what, timeout, last) from last
         await asyncio.sleep(interval)
