@@ -11,14 +11,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import datetime as dt
-import functools
-import inspect
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from txmq.client.callbacks import call_user
 from txmq.client.instance import ClientInstance
 from txmq.client.lifecycle import ClientLifecycle
 from txmq.client.message import (
@@ -672,14 +671,7 @@ class PushConsumer(ClientLifecycle):
         now = str(self.instance.clock.now_ms())
         for m in msgs:
             m.properties[Prop.CONSUME_START_TIME] = now
-        if _is_async_callable(listener):
-            result = await listener(msgs)
-        else:
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self._executor, listener, msgs)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        return await call_user(listener, msgs, executor=self._executor)
 
     async def _consume_concurrently(
         self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], delay: float
@@ -870,12 +862,6 @@ def _reset_offset_handler(instance: ClientInstance) -> Callable[[Any, RemotingCo
         return consumer.reset_offset(topic, offsets)
 
     return handle
-
-
-def _is_async_callable(fn: Any) -> bool:
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
 _CONSUMER_SIDE_PROPS = frozenset({Prop.MIN_OFFSET, Prop.MAX_OFFSET, Prop.CONSUME_START_TIME, Prop.DELAY})

@@ -13,12 +13,12 @@ import asyncio
 import concurrent.futures
 import contextlib
 import enum
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from txmq.client.callbacks import call_user, call_user_blocking
 from txmq.client.instance import ClientInstance
 from txmq.client.message import DEFAULT_TOPIC, Message, MessageExt, SendResult, SendStatus
 from txmq.client.producer import Producer, check_message
@@ -107,10 +107,7 @@ def run_listener_blocking(
 ) -> tuple[LocalTransactionState, BaseException | None]:
     """Call ``fn(*args)`` in this thread (``run`` finishes an awaitable it returns); exceptions become UNKNOWN."""
     try:
-        value = fn(*args)
-        if inspect.isawaitable(value):
-            value = run(value)
-        return coerce_state(value, what), None
+        return coerce_state(call_user_blocking(fn, *args, run=run), what), None
     except Exception as exc:
         return failed_state(exc, what, msg), exc
 
@@ -147,7 +144,6 @@ class TransactionProducer(Producer):
         self._check_slots: asyncio.Semaphore | None = None
         self._check_tasks: set[asyncio.Task[None]] = set()
         self._checks_waiting = 0
-        self._coroutine_fns: dict[Any, bool] = {}  # listener functions (unbound) -> async or not
         self.checks_answered = 0  # for observers and tests
 
     def set_listener(self, listener: TransactionListener) -> None:
@@ -286,19 +282,7 @@ class TransactionProducer(Producer):
         executor: concurrent.futures.Executor | None,
     ) -> tuple[LocalTransactionState, BaseException | None]:
         try:
-            key = getattr(fn, "__func__", fn)  # a bound method is a new object per access; its function is not
-            is_async = self._coroutine_fns.get(key)
-            if is_async is None:
-                if len(self._coroutine_fns) >= 64:  # listeners that make a new callable per access
-                    self._coroutine_fns.clear()
-                is_async = self._coroutine_fns[key] = inspect.iscoroutinefunction(fn)
-            if is_async:
-                value = await fn(*args)
-            else:
-                value = await asyncio.get_running_loop().run_in_executor(executor, lambda: fn(*args))
-                if inspect.isawaitable(value):
-                    value = await value
-            return coerce_state(value, what), None
+            return coerce_state(await call_user(fn, *args, executor=executor), what), None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
