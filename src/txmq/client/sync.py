@@ -9,61 +9,96 @@ callbacks run on the loop thread and must not block.
 from __future__ import annotations
 
 import concurrent.futures
-import inspect
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, Self, TypeVar
 
 from txmq.client import admin as _admin
 from txmq.client import producer as _producer
 from txmq.client import pull_consumer as _pull
 from txmq.client import push_consumer as _push
-from txmq.client._portal import Portal, get_portal
+from txmq.client import transaction as _transaction
+from txmq.client._portal import get_portal
 from txmq.client.admin import ClusterInfo, ConsumeStats, TopicOffset
+from txmq.client.config import ClientConfig
+from txmq.client.lifecycle import ClientLifecycle
 from txmq.client.message import Message, MessageExt, MessageQueue, PullResult, SendResult
 from txmq.client.producer import SendCallback, check_message
 from txmq.client.push_consumer import Listener
 from txmq.client.route import TopicRoute
-from txmq.client.selection import QueueSelector, select_by_hash
+from txmq.client.selection import QueueSelector
+from txmq.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
 
-__all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer"]
+__all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
+
+C = TypeVar("C", bound=ClientLifecycle)
 
 
-class _Blocking:
-    _portal: Portal
+class _Blocking(Generic[C]):
+    """The blocking twin of an asyncio client ``C``: its lifecycle, ``with`` blocks and ``aio``."""
 
-    def __enter__(self) -> Any:
+    def __init__(self, client: C) -> None:
+        self._portal = get_portal()
+        self._async = client
+
+    @property
+    def aio(self) -> C:
+        """The asyncio client underneath (it lives on the portal's loop)."""
+        return self._async
+
+    @property
+    def config(self) -> ClientConfig:
+        return self._async.config
+
+    @property
+    def client_id(self) -> str:
+        return self._async.client_id
+
+    def start(self) -> None:
+        self._portal.run(self._async.start())
+
+    def shutdown(self) -> None:
+        self._portal.run(self._async.shutdown())
+
+    def __enter__(self) -> Self:
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
-    def start(self) -> None:
-        self._portal.run(self._async.start())  # type: ignore[attr-defined]
 
-    def shutdown(self) -> None:
-        self._portal.run(self._async.shutdown())  # type: ignore[attr-defined]
-
-    @property
-    def client_id(self) -> str:
-        return self._async.client_id  # type: ignore[attr-defined, no-any-return]
+K = TypeVar("K", _push.PushConsumer, _pull.PullConsumer)
 
 
-class Producer(_Blocking):
-    """Blocking :class:`txmq.client.Producer`."""
-
-    def __init__(self, group: str, namesrv_addr: str | Sequence[str], **options: Any) -> None:
-        self._portal = get_portal()
-        self._async = _producer.Producer(group, namesrv_addr, **options)
+class _BlockingConsumer(_Blocking[K]):
+    """What both blocking consumers pass through: the group and the calls a client instance makes of a member."""
 
     @property
     def group(self) -> str:
         return self._async.group
 
+    def subscribed_topics(self) -> set[str]:
+        return self._portal.call(self._async.subscribed_topics)
+
+    def consumer_data(self) -> dict[str, Any]:
+        return self._portal.call(self._async.consumer_data)
+
+    def rebalance(self) -> None:
+        self._portal.run(self._async.rebalance())
+
+    def persist_offsets(self) -> None:
+        self._portal.run(self._async.persist_offsets())
+
+
+class Producer(_Blocking[_producer.Producer]):
+    """Blocking :class:`txmq.client.Producer`."""
+
+    def __init__(self, group: str, namesrv_addr: str | Sequence[str], **options: Any) -> None:
+        super().__init__(_producer.Producer(group, namesrv_addr, **options))
+
     @property
-    def aio(self) -> _producer.Producer:
-        """The asyncio producer underneath (lives on the portal's loop)."""
-        return self._async
+    def group(self) -> str:
+        return self._async.group
 
     def send(
         self,
@@ -77,7 +112,7 @@ class Producer(_Blocking):
         return self._portal.run(self._async.send(msg, timeout, selector=selector, arg=arg, queue=queue))
 
     def send_orderly(self, msg: Message, sharding_key: Any, timeout: float | None = None) -> SendResult:
-        return self.send(msg, timeout, selector=select_by_hash, arg=sharding_key)
+        return self._portal.run(self._async.send_orderly(msg, sharding_key, timeout))
 
     def send_async(
         self,
@@ -119,21 +154,88 @@ class Producer(_Blocking):
     def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
         return self._portal.run(self._async.fetch_publish_queues(topic))
 
+    def published_topics(self) -> set[str]:
+        return self._portal.call(self._async.published_topics)
 
-class PushConsumer(_Blocking):
+
+class TransactionProducer(Producer):
+    """Blocking :class:`txmq.client.TransactionProducer`.
+
+    ``execute_local_transaction`` runs in the thread that calls :meth:`send_message_in_transaction` (as in
+    RocketMQ's Java client), so it can use that thread's database connection; ``check_local_transaction`` runs on
+    the producer's bounded check executor.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | Sequence[str],
+        listener: TransactionListener | None = None,
+        **options: Any,
+    ) -> None:
+        self._tx = _transaction.TransactionProducer(group, namesrv_addr, listener, **options)
+        _Blocking.__init__(self, self._tx)
+
+    @property
+    def aio(self) -> _transaction.TransactionProducer:
+        return self._tx
+
+    @property
+    def listener(self) -> TransactionListener | None:
+        return self._tx.listener
+
+    def set_listener(self, listener: TransactionListener) -> None:
+        self._tx.set_listener(listener)
+
+    def send_message_in_transaction(
+        self, message: Message, arg: Any = None, timeout: float | None = None
+    ) -> TransactionSendResult:
+        result = self.send_half(message, timeout)
+        error: BaseException | None = None
+        if result.status.value == "SEND_OK":
+            listener = self._tx.listener
+            assert listener is not None
+            state, error = _transaction.run_listener_blocking(
+                listener.execute_local_transaction,
+                (message, arg),
+                "execute_local_transaction",
+                message,
+                self._portal.run,
+            )
+        else:
+            state = LocalTransactionState.ROLLBACK
+        return self.end_transaction(message, result, state, error)
+
+    def send_half(self, message: Message, timeout: float | None = None) -> SendResult:
+        return self._portal.run(self._tx.send_half(message, timeout))
+
+    def end_transaction(
+        self,
+        message: Message,
+        result: SendResult,
+        state: LocalTransactionState,
+        error: BaseException | None = None,
+    ) -> TransactionSendResult:
+        return self._portal.run(self._tx.end_transaction(message, result, state, error))
+
+
+class PushConsumer(_BlockingConsumer[_push.PushConsumer]):
     """Blocking :class:`txmq.client.PushConsumer`; ``start`` returns once consuming has begun."""
 
     def __init__(self, group: str, namesrv_addr: str | Sequence[str], **options: Any) -> None:
-        self._portal = get_portal()
-        self._async = _push.PushConsumer(group, namesrv_addr, **options)
+        super().__init__(_push.PushConsumer(group, namesrv_addr, **options))
 
     @property
-    def group(self) -> str:
-        return self._async.group
+    def clustering(self) -> bool:
+        return self._async.clustering
 
     @property
-    def aio(self) -> _push.PushConsumer:
-        return self._async
+    def max_reconsume_times(self) -> int:
+        return self._async.max_reconsume_times
+
+    @property
+    def max_reconsume_times_for_broker(self) -> int:
+        return self._async.max_reconsume_times_for_broker
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
         self._portal.call(self._async.subscribe, topic, expression)
@@ -147,24 +249,18 @@ class PushConsumer(_Blocking):
     def assigned_queues(self) -> list[MessageQueue]:
         return self._portal.call(self._async.assigned_queues)
 
-    def rebalance(self) -> None:
-        self._portal.run(self._async.rebalance())
+    def lock_all(self) -> None:
+        self._portal.run(self._async.lock_all())
+
+    def reset_offset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        self._portal.run(self._async.reset_offset(topic, offsets))
 
 
-class PullConsumer(_Blocking):
+class PullConsumer(_BlockingConsumer[_pull.PullConsumer]):
     """Blocking :class:`txmq.client.PullConsumer`."""
 
     def __init__(self, group: str, namesrv_addr: str | Sequence[str], **options: Any) -> None:
-        self._portal = get_portal()
-        self._async = _pull.PullConsumer(group, namesrv_addr, **options)
-
-    @property
-    def group(self) -> str:
-        return self._async.group
-
-    @property
-    def aio(self) -> _pull.PullConsumer:
-        return self._async
+        super().__init__(_pull.PullConsumer(group, namesrv_addr, **options))
 
     def fetch_queues(self, topic: str) -> list[MessageQueue]:
         return self._portal.run(self._async.fetch_queues(topic))
@@ -219,19 +315,19 @@ class PullConsumer(_Blocking):
         return self._portal.run(self._async.earliest_msg_store_time(mq))
 
 
-class Admin(_Blocking):
+class Admin(_Blocking[_admin.Admin]):
     """Blocking :class:`txmq.client.Admin`."""
 
     def __init__(self, namesrv_addr: str | Sequence[str], **options: Any) -> None:
-        self._portal = get_portal()
-        self._async = _admin.Admin(namesrv_addr, **options)
+        super().__init__(_admin.Admin(namesrv_addr, **options))
 
-    @property
-    def aio(self) -> _admin.Admin:
-        return self._async
+    # -- cluster and topics ---------------------------------------------------------------------------------------
 
     def cluster_info(self) -> ClusterInfo:
         return self._portal.run(self._async.cluster_info())
+
+    def master_broker_addrs(self, cluster: str | None = None) -> list[str]:
+        return self._portal.run(self._async.master_broker_addrs(cluster))
 
     def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
         return self._portal.run(self._async.broker_runtime_info(broker_addr))
@@ -245,11 +341,35 @@ class Admin(_Blocking):
     def topic_route(self, topic: str) -> TopicRoute:
         return self._portal.run(self._async.topic_route(topic))
 
-    def create_topic(self, topic: str, **kwargs: Any) -> list[str]:
-        return self._portal.run(self._async.create_topic(topic, **kwargs))
+    def create_topic(
+        self,
+        topic: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        read_queue_nums: int = 8,
+        write_queue_nums: int = 8,
+        perm: int = 6,
+        order: bool = False,
+        topic_filter_type: str = "SINGLE_TAG",
+    ) -> list[str]:
+        return self._portal.run(
+            self._async.create_topic(
+                topic,
+                cluster=cluster,
+                broker_addr=broker_addr,
+                read_queue_nums=read_queue_nums,
+                write_queue_nums=write_queue_nums,
+                perm=perm,
+                order=order,
+                topic_filter_type=topic_filter_type,
+            )
+        )
 
     def topic_stats(self, topic: str) -> dict[MessageQueue, TopicOffset]:
         return self._portal.run(self._async.topic_stats(topic))
+
+    # -- consumers ------------------------------------------------------------------------------------------------
 
     def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
         return self._portal.run(self._async.consume_stats(group, topic))
@@ -259,6 +379,19 @@ class Admin(_Blocking):
 
     def consumer_connections(self, group: str) -> dict[str, Any]:
         return self._portal.run(self._async.consumer_connections(group))
+
+    def reset_offset(self, group: str, topic: str, to: str | int) -> list[dict[str, Any]]:
+        return self._portal.run(self._async.reset_offset(group, topic, to))
+
+    def dead_letters(self, group: str, max_num: int = 1000) -> list[dict[str, Any]]:
+        return self._portal.run(self._async.dead_letters(group, max_num))
+
+    def resend_dead_letters(
+        self, group: str, msg_ids: Sequence[str] | None = None, *, all_messages: bool = False
+    ) -> dict[str, list[str]]:
+        return self._portal.run(self._async.resend_dead_letters(group, msg_ids, all_messages=all_messages))
+
+    # -- messages -------------------------------------------------------------------------------------------------
 
     def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
         return self._portal.run(self._async.view_message(msg_id, topic))
@@ -273,79 +406,64 @@ class Admin(_Blocking):
     ) -> list[MessageExt]:
         return self._portal.run(self._async.query_message_by_uniq_key(topic, uniq_key, begin_ms, end_ms))
 
-    def __getattr__(self, name: str) -> Any:
-        """Every other coroutine method of the asyncio Admin (transactions, DLQ, offsets, ACL) runs blocking too."""
-        if name.startswith("_"):
-            raise AttributeError(name)
-        attr = getattr(self._async, name)
-        if not inspect.iscoroutinefunction(attr):
-            return attr
+    # -- transactions ---------------------------------------------------------------------------------------------
 
-        def blocking(*args: Any, **kwargs: Any) -> Any:
-            return self._portal.run(attr(*args, **kwargs))
-
-        blocking.__name__ = name
-        blocking.__doc__ = attr.__doc__
-        return blocking
-
-
-# -- transactions ------------------------------------------------------------------------------------------------
-
-from txmq.client import transaction as _transaction  # noqa: E402
-from txmq.client.transaction import (  # noqa: E402
-    LocalTransactionState,
-    TransactionListener,
-    TransactionSendResult,
-    run_listener_blocking,
-)
-
-__all__ += ["TransactionProducer"]
-
-
-class TransactionProducer(Producer):
-    """Blocking :class:`txmq.client.TransactionProducer`.
-
-    ``execute_local_transaction`` runs in the thread that calls :meth:`send_message_in_transaction` (as in
-    RocketMQ's Java client), so it can use that thread's database connection; ``check_local_transaction`` runs on
-    the producer's bounded check executor.
-    """
-
-    def __init__(
+    def list_transactions(
         self,
-        group: str,
-        namesrv_addr: str | Sequence[str],
-        listener: TransactionListener | None = None,
-        **options: Any,
-    ) -> None:
-        self._portal = get_portal()
-        self._async = _transaction.TransactionProducer(group, namesrv_addr, listener, **options)
+        group: str | None = None,
+        topic: str | None = None,
+        older_than_ms: int | None = None,
+        limit: int = 100,
+        states: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        return self._portal.run(self._async.list_transactions(group, topic, older_than_ms, limit, states))
 
-    @property
-    def aio(self) -> _transaction.TransactionProducer:  # type: ignore[override]
-        return self._async  # type: ignore[return-value]
+    def transaction(self, ident: str) -> dict[str, Any]:
+        return self._portal.run(self._async.transaction(ident))
 
-    @property
-    def listener(self) -> TransactionListener | None:
-        return self.aio.listener
+    def resolve_transaction(self, ident: str, decision: str) -> dict[str, Any]:
+        return self._portal.run(self._async.resolve_transaction(ident, decision))
 
-    def set_listener(self, listener: TransactionListener) -> None:
-        self.aio.set_listener(listener)
+    def resume_transaction(self, ident: str) -> dict[str, Any]:
+        return self._portal.run(self._async.resume_transaction(ident))
 
-    def send_message_in_transaction(
-        self, message: Message, arg: Any = None, timeout: float | None = None
-    ) -> TransactionSendResult:
-        producer = self.aio
-        result = self._portal.run(producer.send_half(message, timeout))
-        error: BaseException | None = None
-        if result.status.value == "SEND_OK":
-            assert producer.listener is not None
-            state, error = run_listener_blocking(
-                producer.listener.execute_local_transaction,
-                (message, arg),
-                "execute_local_transaction",
-                message,
-                self._portal.run,
+    def transaction_counters(self) -> dict[str, dict[str, int]]:
+        return self._portal.run(self._async.transaction_counters())
+
+    # -- ACL ------------------------------------------------------------------------------------------------------
+
+    def acl_info(self, broker_addr: str) -> dict[str, Any]:
+        return self._portal.run(self._async.acl_info(broker_addr))
+
+    def update_acl_account(
+        self,
+        broker_addr: str,
+        access_key: str,
+        *,
+        secret_key: str | None = None,
+        white_remote_address: str | None = None,
+        admin: bool | None = None,
+        default_topic_perm: str | None = None,
+        default_group_perm: str | None = None,
+        topic_perms: Sequence[str] | None = None,
+        group_perms: Sequence[str] | None = None,
+    ) -> str:
+        return self._portal.run(
+            self._async.update_acl_account(
+                broker_addr,
+                access_key,
+                secret_key=secret_key,
+                white_remote_address=white_remote_address,
+                admin=admin,
+                default_topic_perm=default_topic_perm,
+                default_group_perm=default_group_perm,
+                topic_perms=topic_perms,
+                group_perms=group_perms,
             )
-        else:
-            state = LocalTransactionState.ROLLBACK
-        return self._portal.run(producer.end_transaction(message, result, state, error))
+        )
+
+    def delete_acl_account(self, broker_addr: str, access_key: str) -> str:
+        return self._portal.run(self._async.delete_acl_account(broker_addr, access_key))
+
+    def update_global_white_addrs(self, broker_addr: str, addresses: Sequence[str], acl_file: str | None = None) -> str:
+        return self._portal.run(self._async.update_global_white_addrs(broker_addr, addresses, acl_file))
