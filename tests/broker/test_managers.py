@@ -9,9 +9,9 @@ from txmq.broker.config import BrokerConfig
 from txmq.broker.offsets import ConsumerOffsetManager
 from txmq.broker.subscriptions import SubscriptionGroupManager
 from txmq.broker.topics import TopicConfigManager, validate_topic
-from txmq.clock import FakeClock
 from txmq.config import camel_to_snake, read_properties
 from txmq.errors import ConfigError
+from txmq.testing import FakeClock
 
 
 def test_broker_conf_uses_rocketmq_key_names(tmp_path) -> None:

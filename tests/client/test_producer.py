@@ -12,13 +12,12 @@ from client_fakes import FakeBroker
 
 from txmq.client import Message, MessageQueue, Producer, SendStatus
 from txmq.client.api import send_v2_ext
-from txmq.clock import FakeClock
 from txmq.errors import MQBrokerError, MQClientError, NoRouteError, RequestTimeoutError
 from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import SendMessageRequestHeader
 from txmq.protocol.record import Prop, decode_batch, decode_properties
-from txmq.testing import aeventually
+from txmq.testing import FakeClock, aeventually
 
 MakeBroker = Callable[..., Awaitable[FakeBroker]]
 RW = 6

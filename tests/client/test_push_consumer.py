@@ -18,13 +18,12 @@ from txmq.client import (
     MessageQueue,
     PushConsumer,
 )
-from txmq.clock import FakeClock
 from txmq.errors import MQClientError
 from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
 from txmq.protocol.record import Prop, decode_properties
-from txmq.testing import aeventually
+from txmq.testing import FakeClock, aeventually
 
 MakeBroker = Callable[..., Awaitable[FakeBroker]]
 RW = 6

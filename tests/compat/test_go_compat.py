@@ -18,6 +18,7 @@ import pytest
 
 from txmq.client.sync import Admin
 from txmq.errors import NoRouteError
+from txmq.testing import eventually
 
 from .go_client import Event, ensure_binary, go_processes, run_go
 
@@ -303,10 +304,7 @@ def test_go_consumer_gets_a_message_again_after_reconsume_later(txmq_cluster, go
         admin.create_topic(
             f"%RETRY%{group}", broker_addr=txmq_cluster.broker_addr, read_queue_nums=1, write_queue_nums=1
         )
-        deadline = time.monotonic() + 30
-        while not _has_route(admin, f"%RETRY%{group}"):
-            assert time.monotonic() < deadline, "the retry topic never got a route"
-            time.sleep(0.1)
+        eventually(lambda: _has_route(admin, f"%RETRY%{group}"), "a route for the retry topic")
     consumer = go(
         ["consume", "--namesrv", ns, "--topic", topic, "--group", group],
         ["--expect", "4", "--timeout", "90", "--linger", "3", "--fail-first"],
@@ -385,10 +383,10 @@ def test_unknown_go_transaction_survives_a_broker_crash_and_another_instance_com
     (sent,) = first.of("tx_sent")
     assert check["answer"] == "UNKNOWN" and check["transaction_id"] == sent["msg_id"]
     with Admin(ns) as admin:
-        deadline = time.monotonic() + 30
-        while [c["answer"] for c in admin.transaction(sent["msg_id"])["checkLog"]][:1] != ["UNKNOWN"]:
-            assert time.monotonic() < deadline, admin.transaction(sent["msg_id"])
-            time.sleep(0.1)
+        eventually(
+            lambda: [c["answer"] for c in admin.transaction(sent["msg_id"])["checkLog"]][:1] == ["UNKNOWN"],
+            "the UNKNOWN answer in the transaction's check history",
+        )
     first.kill()
     # The check history reaches its journal after each check round (about a second); give it two, then crash.
     time.sleep(2.5)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from txmq.client.sync import Admin
+from txmq.testing import eventually
 
 from .java_client import LINES, JavaProcess, named, run_java
 from .test_java_client import bodies, consume
@@ -103,9 +104,7 @@ def test_clustering_consumers_share_and_broadcasting_consumers_each_get_all(txmq
         m.wait_event("ready")
     time.sleep(3)  # both members rebalance (NOTIFY_CONSUMER_IDS_CHANGED) onto two queues each
     produce(line, ns, topic, "sync", 20)
-    deadline = time.monotonic() + 60
-    while sum(len(m.named("received")) for m in members) < 20 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    eventually(lambda: sum(len(m.named("received")) for m in members) >= 20, "20 receptions", timeout=60)
     for m in members:
         m.kill()
     seen = [bodies(m.named("received")) for m in members]
@@ -150,13 +149,8 @@ def test_reconsume_later_retries_then_dead_letters(txmq_cluster: Any) -> None:
     attempts = [e["reconsumeTimes"] for e in received if e["body"] == "sync-1"]
     assert attempts == [0, 1, 2], received
     assert bodies(received) == {"sync-0": 1, "sync-1": 3, "sync-2": 1}
-    deadline = time.monotonic() + 20
     with Admin(ns) as admin:
-        while True:
-            dead = admin.dead_letters(group)
-            if dead or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        dead = eventually(lambda: admin.dead_letters(group), "the message in the DLQ", timeout=20, interval=0.5)
     assert len(dead) == 1, dead
 
 

@@ -8,13 +8,12 @@ import socket
 
 import pytest
 
-from txmq.clock import FakeClock
 from txmq.errors import ConnectError, ConnectionClosedError, RemotingError, RequestTimeoutError
 from txmq.net import Connection, Server, connect
 from txmq.net.connection import _address
 from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand, encode_frame
-from txmq.testing import aeventually
+from txmq.testing import FakeClock, aeventually
 
 from .conftest import RawClient
 

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from helpers_store import small_config
 
-from txmq.clock import Clock, FakeClock
+from txmq.clock import Clock
 from txmq.store.config import StoreConfig
 from txmq.store.message_store import MessageStore
+from txmq.testing import FakeClock
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from helpers_store import SEGMENT, make_record, small_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from txmq.clock import FakeClock
 from txmq.errors import StoreClosedError, StoreError
 from txmq.protocol.record import (
     MAX_PROPERTIES_BYTES,
@@ -30,6 +29,7 @@ from txmq.protocol.record import (
 from txmq.store.config import FlushDiskType, StoreConfig
 from txmq.store.entry import SCHEDULE_TOPIC, encode_entry, property_value
 from txmq.store.message_store import GetStatus, MessageStore, PutStatus
+from txmq.testing import FakeClock, aeventually
 
 MakeStore = Callable[..., MessageStore]
 
@@ -303,11 +303,9 @@ async def test_async_flush_acknowledges_after_the_write_and_syncs_later(make_sto
 async def test_async_flusher_runs_on_its_interval(make_store: MakeStore) -> None:
     store = make_store(flush_disk_type=FlushDiskType.ASYNC_FLUSH, flush_interval_commit_log=5)
     r = await store.put(make_record())
-    for _ in range(500):
-        if store.flushed_physical_offset() == r.physical_offset + r.size:
-            break
-        await asyncio.sleep(0.01)
-    assert store.flushed_physical_offset() == r.physical_offset + r.size
+    await aeventually(
+        lambda: store.flushed_physical_offset() == r.physical_offset + r.size, "the flusher flushes the record"
+    )
 
 
 async def test_new_message_hook_gets_one_call_per_queue_per_group_with_the_max(store: MessageStore) -> None:

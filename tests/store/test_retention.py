@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from helpers_store import SEGMENT, make_record
 
-from txmq.clock import FakeClock
 from txmq.store.message_store import GetStatus, MessageStore, PutResult
+from txmq.testing import FakeClock
 
 MakeStore = Callable[..., MessageStore]
 HOUR = 3600.0
