@@ -73,7 +73,8 @@ records = st.builds(
 
 def _normalised(rec: MessageRecord) -> MessageRecord:
     """What a decode gives back: V6 bits derived from the hosts, CRC and size filled in."""
-    flag = rec.sys_flag & ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
+    # Plain ints: ~ of an IntFlag keeps only the defined bits and would drop the compression type (0x100..0x700).
+    flag = rec.sys_flag & ~int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
     if ":" in rec.born_host[0]:
         flag |= SysFlag.BORNHOST_V6
     if ":" in rec.store_host[0]:

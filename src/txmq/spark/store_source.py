@@ -17,9 +17,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-import struct
-import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,22 +26,16 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from txmq.errors import RecordDecodeError
 from txmq.protocol.op_marker import OP_TAG, RESUME_TAG, parse_marker
-from txmq.protocol.record import (
-    BLANK_MAGIC_CODE,
-    MAGIC_CODE,
-    MessageRecord,
-    Prop,
-    decode_properties,
-    decode_record,
-)
+from txmq.protocol.record import MessageRecord, Prop, RecordView, WalkResult, walk_segment
+from txmq.protocol.topics import TRANS_CHECK_MAX_TIME_TOPIC as DISCARD_TOPIC
+from txmq.protocol.topics import TRANS_HALF_TOPIC as HALF_TOPIC
+from txmq.protocol.topics import TRANS_OP_HALF_TOPIC as OP_TOPIC
 from txmq.spark.common import STORE_COLUMNS, STORE_SCHEMA, bool_option, check_options, message_row, topics_option
 from txmq.spark.errors import TxmqSparkError
 
 log = logging.getLogger("txmq.spark")
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+__all__ = ["DISCARD_TOPIC", "HALF_TOPIC", "OP_TOPIC", "TxmqStoreDataSource", "list_segments", "scan_segment"]
 TX_COMMIT_TYPE = 0x8
 TX_MASK = 0xC
 
@@ -74,7 +66,6 @@ _ARROW = {
     "binary": pa.binary(),
     "map<string,string>": pa.map_(pa.string(), pa.string()),
 }
-_SIZE_MAGIC = struct.Struct(">iI")
 DEFAULT_SPLIT_BYTES = 64 << 20  # a partition per 64 MiB of commit log (a 1 GiB segment gives 16)
 
 
@@ -128,22 +119,15 @@ def list_segments(path: str, split_bytes: int | None = None) -> list[Segment]:
 
 def scan_segment(seg: Segment, *, with_body: bool = True) -> Iterator[MessageRecord]:
     """The valid records of one segment (range), decoded, in order."""
-
-    def decode(mm: Any, pos: int, phys: int) -> MessageRecord:
-        record = decode_record(mm, pos, check_crc=True, with_body=with_body)
-        if record.physical_offset != phys:
-            raise RecordDecodeError(f"record at {phys} says its PHYSICALOFFSET is {record.physical_offset}")
-        return record
-
-    return scan(seg, decode)
+    return scan(seg, lambda view: view.to_record(with_body=with_body))
 
 
-def scan(seg: Segment, decode: Any) -> Iterator[Any]:
-    """``decode(map, pos, phys)`` for every record of ``seg`` whose start lies in its range (None results dropped).
+def scan(seg: Segment, decode: Callable[[RecordView], Any]) -> Iterator[Any]:
+    """``decode(view)`` for every valid record of ``seg`` whose start lies in its range (None results dropped).
 
     A range that does not start at the segment's beginning hops from record to record by TOTALSIZE to its first
-    record (records cannot be found from an arbitrary byte); the hop stops, like the scan, at anything odd.
-    ``decode`` raises RecordDecodeError for a bad record: a body CRC mismatch skips it, anything else ends the segment.
+    record (records cannot be found from an arbitrary byte); the hop stops, like the walk, at anything odd. A record
+    whose body CRC alone fails is skipped with a warning; anything else odd ends the segment.
     """
     try:
         fd = os.open(seg.path, os.O_RDONLY)
@@ -157,104 +141,62 @@ def scan(seg: Segment, decode: Any) -> Iterator[Any]:
         mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
     finally:
         os.close(fd)
+
+    def skipped(phys: int, why: str) -> None:
+        log.warning("%s: record at %d skipped: %s", seg.path, phys, why)
+
+    result = WalkResult()
+    views = walk_segment(
+        mm,
+        base=seg.start,
+        tail_room=0,
+        hop_to=seg.start + seg.lo,
+        stop_at=seg.start + seg.hi,
+        skip_bad_crc=True,
+        on_skip=skipped,
+        views=True,
+        result=result,
+    )
     try:
-        pos = 0
-        lo, hi = seg.lo, min(seg.hi, size)
-        unpack = _SIZE_MAGIC.unpack_from
-        while pos < lo:
-            if pos + 8 > size:
-                return
-            total, magic = unpack(mm, pos)
-            if magic != MAGIC_CODE or total < 91:
-                return  # end of data or damage before this range: the range is empty
-            pos += total
-        base = seg.start
-        while pos < hi and pos + 8 <= size:
-            total, magic = unpack(mm, pos)
-            if magic != MAGIC_CODE:
-                if magic == BLANK_MAGIC_CODE or (total == 0 and magic == 0):
-                    return  # filler to the segment's end, or zeros: the end of data
-                log.warning("%s: garbage at %d; the rest of the segment is not read", seg.path, base + pos)
-                return
+        for view in views:
             try:
-                item = decode(mm, pos, base + pos)
-            except RecordDecodeError as exc:
-                if str(exc).startswith("body CRC mismatch") and total >= 91 and pos + total <= size:
-                    log.warning("%s: record at %d skipped: %s", seg.path, base + pos, exc)
-                    pos += total
-                    continue
-                log.warning("%s: stopped at %d (torn or damaged record: %s)", seg.path, base + pos, exc)
+                item = decode(view)
+            except RecordDecodeError as exc:  # topic or properties that are not UTF-8
+                log.warning("%s: stopped at %d (damaged record: %s)", seg.path, view.physical_offset, exc)
                 return
             if item is not None:
                 yield item
-            pos += total
+        if not result.clean_end:
+            log.warning("%s: stopped at %d (torn or damaged record: %s)", seg.path, result.end, result.reason)
     finally:
+        views.close()  # releases the walk's buffer export, so the map can close
         mm.close()
 
 
-# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
-_HEAD = struct.Struct(">iIiiiqqiq")
-_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES PREPARED_TX_OFFSET BODYLEN
-_I64 = struct.Struct(">q")
-_U16 = struct.Struct(">H")
 _TX_TOPICS = {HALF_TOPIC.encode(), OP_TOPIC.encode(), DISCARD_TOPIC.encode()}
 
 
-def transaction_rows_at(mm: Any, pos: int, phys: int) -> list[tuple[Any, ...]] | None:
-    """:func:`transaction_rows` straight from the bytes, decoding properties only of transaction-related records
-    (the audit's hot loop); the same checks as :func:`txmq.protocol.record.decode_record`."""
-    total, _magic, crc, queue_id, _flag, queue_offset, rec_phys, sys_flag, born_ts = _HEAD.unpack_from(mm, pos)
-    end = pos + total
-    if total < 91 or end > len(mm):
-        raise RecordDecodeError(f"record size {total} at {phys} is impossible or runs past the segment")
-    if rec_phys != phys:
-        raise RecordDecodeError(f"record at {phys} says its PHYSICALOFFSET is {rec_phys}")
-    p = pos + 48 + (20 if sys_flag & 0x10 else 8)
-    (store_ts,) = _I64.unpack_from(mm, p)
-    p += 8
-    store_host_at = p
-    p += 20 if sys_flag & 0x20 else 8
-    store_host_end = p
-    if p + 16 > end:
-        raise RecordDecodeError(f"record at {phys}: hosts do not fit in TOTALSIZE {total}")
-    _reconsume, prepared, body_len = _TAIL.unpack_from(mm, p)
-    p += 16
-    body_at = p
-    p += body_len
-    if body_len < 0 or p + 1 > end:
-        raise RecordDecodeError(f"record at {phys}: body length {body_len} does not fit")
-    topic_len = mm[p]
-    topic = mm[p + 1 : p + 1 + topic_len]
-    p += 1 + topic_len
-    if p + 2 > end:
-        raise RecordDecodeError(f"record at {phys}: topic length {topic_len} does not fit")
-    (props_len,) = _U16.unpack_from(mm, p)
-    if p + 2 + props_len != end:
-        raise RecordDecodeError(f"record at {phys} declares {total} bytes but its fields take more or less")
-    if zlib.crc32(mm[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
-        raise RecordDecodeError(f"body CRC mismatch in record at {phys}")
+def transaction_rows_of(view: RecordView) -> list[tuple[Any, ...]] | None:
+    """:func:`transaction_rows` of a record view, decoding properties only of transaction-related records (the
+    audit's hot loop)."""
+    topic = view.topic_bytes
+    sys_flag = view.sys_flag
     if topic not in _TX_TOPICS and sys_flag & TX_MASK != TX_COMMIT_TYPE:
         return None
-    try:
-        props = decode_properties(mm[p + 2 : end].decode("utf-8"))
-        topic_text = topic.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RecordDecodeError(f"record at {phys}: topic or properties are not UTF-8") from exc
-    body = mm[body_at : body_at + body_len] if topic_text == OP_TOPIC else b""
+    topic_text = view.topic
     record = MessageRecord(
         topic=topic_text,
-        body=body,
-        queue_id=queue_id,
-        queue_offset=queue_offset,
-        physical_offset=phys,
+        body=view.body if topic_text == OP_TOPIC else b"",
+        queue_id=view.queue_id,
+        queue_offset=view.queue_offset,
+        physical_offset=view.physical_offset,
         sys_flag=sys_flag,
-        born_timestamp=born_ts,
-        store_timestamp=store_ts,
-        prepared_transaction_offset=prepared,
-        properties=props,
+        born_timestamp=view.born_timestamp,
+        store_timestamp=view.store_timestamp,
+        prepared_transaction_offset=view.prepared_transaction_offset,
+        properties=view.properties,
     )
-    offset_msg_id = (mm[store_host_at:store_host_end] + _I64.pack(phys)).hex().upper()
-    return transaction_rows(record, offset_msg_id)
+    return transaction_rows(record, view.offset_msg_id)
 
 
 def _int(text: str | None) -> int | None:
@@ -431,7 +373,7 @@ class TxmqStoreReader(DataSourceReader):
             return iter(())
         if self.view == "transactions":
             schema = arrow_schema(TX_COLUMNS)
-            rows = (row for rows_of in scan(partition, transaction_rows_at) for row in rows_of)
+            rows = (row for rows_of in scan(partition, transaction_rows_of) for row in rows_of)
         else:
             schema = arrow_schema(STORE_COLUMNS)
             topics = self.topics

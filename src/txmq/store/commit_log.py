@@ -11,14 +11,23 @@ import logging
 import mmap
 import os
 import re
-import struct
 import threading
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from txmq.errors import CorruptStoreError, StoreClosedError
-from txmq.protocol.record import BLANK_MAGIC_CODE, MAGIC_CODE, MessageRecord, decode_record, encode_blank
+from txmq.protocol.record import (
+    MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    MessageRecord,
+    ScannedRecord,
+    WalkResult,
+    decode_record,
+    encode_blank,
+    read_record_size,
+    read_store_timestamp,
+    walk_segment,
+)
 from txmq.store.config import Preallocate
 
 log = logging.getLogger("txmq.store")
@@ -26,18 +35,6 @@ log = logging.getLogger("txmq.store")
 SEGMENT_NAME_RE = re.compile(r"^\d{20}$")
 ALLOC_SUFFIX = ".alloc"  # a segment being zero-filled in the background; renamed into place when needed
 IOV_MAX = 1024
-BLANK_HEADER_SIZE = 8
-MIN_RECORD_SIZE = 91  # both hosts IPv4, empty body, topic and properties
-
-# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG
-_HEAD = struct.Struct(">iIiiiqqi")
-_SIZE_MAGIC = struct.Struct(">iI")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_U16 = struct.Struct(">H")
-_BORN_V6 = 0x10
-_STORE_V6 = 0x20
-_V6_HOSTS = _BORN_V6 | _STORE_V6
 _ZERO_CHUNK = bytes(1 << 20)
 
 
@@ -63,10 +60,6 @@ class Segment:
 
     def __repr__(self) -> str:
         return f"Segment({segment_name(self.start)})"
-
-
-# (phys, size, queue_id, queue_offset, sys_flag, store_timestamp, topic bytes, properties bytes)
-ScannedRecord = tuple[int, int, int, int, int, int, bytes, bytes]
 
 
 @dataclass(slots=True)
@@ -361,7 +354,7 @@ class CommitLog:
         head = self.read(phys, 8)
         if head is None:
             return None
-        size, magic = _SIZE_MAGIC.unpack(head)
+        size, magic = read_record_size(head)
         if magic != MAGIC_CODE or size < MIN_RECORD_SIZE:
             return None
         return size
@@ -428,102 +421,35 @@ class CommitLog:
             res.end = phys
             res.reason = "start is past the last segment"
             return
-        head = _HEAD.unpack_from
-        size_magic = _SIZE_MAGIC.unpack_from
-        i32 = _I32.unpack_from
-        i64 = _I64.unpack_from
-        u16 = _U16.unpack_from
-        crc32 = zlib.crc32
         records = 0
         nbytes = 0
         try:
             while True:
                 seg = segs[idx]
-                base = seg.start
-                limit = seg.size
-                pos = phys - base
-                reason: str | None = None
-                next_segment = False
-                view = memoryview(seg.mm)
+                walk = WalkResult()
                 try:
-                    while True:
-                        remaining = limit - pos
-                        if remaining < BLANK_HEADER_SIZE:
-                            reason = f"only {remaining} bytes left in the segment at {phys}"
-                            break
-                        if remaining >= _HEAD.size:
-                            size, magic, crc, queue_id, _flag, queue_offset, rec_phys, sys_flag = head(view, pos)
-                        else:
-                            size, magic = size_magic(view, pos)
-                        if magic != MAGIC_CODE:
-                            if magic == BLANK_MAGIC_CODE:
-                                if size != remaining:
-                                    reason = f"end-of-file blank at {phys} says {size} bytes but {remaining} are left"
-                                else:
-                                    next_segment = True
-                            elif size != 0 or magic != 0:
-                                reason = f"garbage header at {phys} (size {size}, magic 0x{magic:08X})"
-                            break
-                        # The checks of txmq.protocol.record.decode_record, inlined: this runs once per record.
-                        if size < MIN_RECORD_SIZE or size + BLANK_HEADER_SIZE > remaining:
-                            reason = f"impossible record size {size} at {phys} ({remaining} bytes left in the segment)"
-                            break
-                        if rec_phys != phys:
-                            reason = f"record at {phys} says its PHYSICALOFFSET is {rec_phys}"
-                            break
-                        end = pos + size
-                        body_len_pos = (
-                            pos + 84 + (12 if sys_flag & _BORN_V6 else 0) + (12 if sys_flag & _STORE_V6 else 0)
-                        )
-                        if body_len_pos + 4 > end:
-                            reason = f"record at {phys}: hosts do not fit in TOTALSIZE {size}"
-                            break
-                        (body_len,) = i32(view, body_len_pos)
-                        body_start = body_len_pos + 4
-                        topic_len_pos = body_start + body_len
-                        if body_len < 0 or topic_len_pos + 1 > end:
-                            reason = f"record at {phys}: body length {body_len} does not fit in TOTALSIZE {size}"
-                            break
-                        topic_len = view[topic_len_pos]
-                        props_len_pos = topic_len_pos + 1 + topic_len
-                        if topic_len == 0 or topic_len > 127 or props_len_pos + 2 > end:
-                            reason = f"record at {phys}: topic length {topic_len} is invalid"
-                            break
-                        (props_len,) = u16(view, props_len_pos)
-                        if props_len_pos + 2 + props_len != end:
-                            reason = f"record at {phys}: field lengths do not add up to TOTALSIZE {size}"
-                            break
-                        if check_crc and crc32(view[body_start:topic_len_pos]) & 0x7FFFFFFF != crc:
-                            reason = f"body CRC mismatch in record at {phys}"
-                            break
-                        records += 1
-                        nbytes += size
-                        if phys >= yield_from:
-                            (store_ts,) = i64(view, pos + (68 if sys_flag & _BORN_V6 else 56))
-                            yield (
-                                phys,
-                                size,
-                                queue_id,
-                                queue_offset,
-                                sys_flag,
-                                store_ts,
-                                bytes(view[topic_len_pos + 1 : props_len_pos]),
-                                bytes(view[props_len_pos + 2 : end]),
-                            )
-                        pos = end
-                        phys += size
+                    yield from walk_segment(
+                        seg.mm,
+                        base=seg.start,
+                        start=phys - seg.start,
+                        limit=seg.size,
+                        check_crc=check_crc,
+                        yield_from=yield_from,
+                        result=walk,
+                    )
                 finally:
-                    view.release()
-                if next_segment:
-                    phys = base + limit
+                    records += walk.records
+                    nbytes += walk.bytes
+                if walk.blank:
+                    phys = seg.end
                     idx += 1
                     if idx < len(segs):
                         continue
                     res.end, res.reason, res.clean_end = phys, "end of the last segment", True
                     return
-                res.end = phys
-                res.reason = reason or "end of data"
-                res.clean_end = reason is None
+                res.end = walk.end
+                res.reason = walk.reason
+                res.clean_end = walk.clean_end
                 return
         finally:
             res.records += records
@@ -588,15 +514,13 @@ class CommitLog:
 
     def first_store_timestamp(self, seg: Segment) -> int | None:
         """STORETIMESTAMP of the first record of ``seg`` (None when it does not start with a record)."""
-        head = self.read(seg.start, 84)
+        head = self.read(seg.start, MIN_RECORD_SIZE)
         if head is None:
             return None
-        size, magic = _SIZE_MAGIC.unpack_from(head, 0)
+        size, magic = read_record_size(head)
         if magic != MAGIC_CODE or size < MIN_RECORD_SIZE:
             return None
-        (sys_flag,) = _I32.unpack_from(head, 36)
-        (ts,) = _I64.unpack_from(head, 48 + (20 if sys_flag & _BORN_V6 else 8))
-        return ts
+        return read_store_timestamp(head)
 
     # -- closing ----------------------------------------------------------------------------------------------
 

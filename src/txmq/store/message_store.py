@@ -21,7 +21,6 @@ import fcntl
 import logging
 import os
 import queue
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -29,8 +28,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from txmq.clock import SYSTEM_CLOCK, Clock
-from txmq.errors import StoreClosedError, StoreError
-from txmq.protocol.record import Host, MessageRecord, Prop, decode_properties, decode_record, encode_offset_msg_id
+from txmq.errors import RecordDecodeError, StoreClosedError, StoreError
+from txmq.protocol.record import (
+    MIN_RECORD_SIZE,
+    Host,
+    MessageRecord,
+    RecordView,
+    decode_record,
+    encode_offset_msg_id,
+    read_store_timestamp,
+)
+from txmq.protocol.record.layout import I64, QO_PO, QUEUE_OFFSET_POS
 from txmq.store.checkpoint import AbortMarker, Checkpoint, CheckpointState
 from txmq.store.commit_log import CommitLog, blank_for
 from txmq.store.config import StoreConfig
@@ -40,17 +48,12 @@ from txmq.store.entry import (
     EntryError,
     encode_entry,
     entry_from_bytes,
-    record_fields,
 )
 from txmq.store.recovery import Recovery, RecoveryInfo, cq_offset_sum
 from txmq.store.retention import RetentionService
 from txmq.store.stats import StoreStats
 
 log = logging.getLogger("txmq.store")
-
-_QO_PO = struct.Struct(">qq")  # QUEUEOFFSET then PHYSICALOFFSET, adjacent at byte 20
-_I64 = struct.Struct(">q")
-_I32 = struct.Struct(">i")
 
 
 class PutStatus(enum.Enum):
@@ -708,8 +711,8 @@ class MessageStore:
         dispatches: list[DispatchRequest] = []
         touched: dict[tuple[str, int], int] = {}
         next_offsets = self._next_offsets
-        pack_qo_po = _QO_PO.pack_into
-        pack_i64 = _I64.pack_into
+        pack_qo_po = QO_PO.pack_into
+        pack_i64 = I64.pack_into
         dispatch = DispatchRequest
         result = PutResult
         ok = PutStatus.PUT_OK
@@ -738,7 +741,7 @@ class MessageStore:
                     next_offsets[key] = touched[key] = qo + 1
                 else:
                     qo = 0
-                pack_qo_po(buf, 20, qo, wpos)
+                pack_qo_po(buf, QUEUE_OFFSET_POS, qo, wpos)
                 pack_i64(buf, ts_pos, now)
                 dispatches.append(
                     dispatch(topic, queue_id, qo, wpos, size, now + delay if delay else code, now, sys_flag, keys, uniq)
@@ -1104,12 +1107,10 @@ class MessageStore:
         return GetMessageResult(GetStatus.FOUND, offset + consumed, min_off, max_off, buffers, len(picked), read)
 
     def _store_time_of(self, phys: int, size: int) -> int:
-        head = self.commit_log.read(phys, 76) if phys >= self.commit_log.min_offset else None
+        head = self.commit_log.read(phys, MIN_RECORD_SIZE) if phys >= self.commit_log.min_offset else None
         if head is None:
             return -1
-        (sys_flag,) = _I32.unpack_from(head, 36)
-        (ts,) = _I64.unpack_from(head, 68 if sys_flag & 0x10 else 56)
-        return int(ts)
+        return read_store_timestamp(head)
 
     def store_time_at(self, topic: str, queue_id: int, offset: int) -> int | None:
         """STORETIMESTAMP of the message at ``offset`` of the queue, or None."""
@@ -1158,11 +1159,14 @@ class MessageStore:
             data = self.commit_log.read_record_bytes(phys)
             if data is None:
                 continue
-            _qid, _qo, _sf, ts, _bl, topic_raw, props_raw = record_fields(data)
-            if topic_raw != topic_bytes or not begin_ts <= ts <= end_ts:
+            try:
+                record = RecordView(data)
+                if record.topic_bytes != topic_bytes or not begin_ts <= record.store_timestamp <= end_ts:
+                    continue
+                found = key == record.uniq_key or key in record.keys
+            except RecordDecodeError:
                 continue
-            props = decode_properties(props_raw.decode("utf-8", "replace"))
-            if key == props.get(Prop.UNIQ_KEY) or key in props.get(Prop.KEYS, "").split(" "):
+            if found:
                 out.append(phys)
                 if len(out) >= max_num:
                     break

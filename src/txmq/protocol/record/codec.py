@@ -1,7 +1,7 @@
-"""Commit-log records, byte for byte as RocketMQ 4.x lays them out (no IO).
+"""Commit-log records: the encoder, the checked decoder, hosts, tag hash, batch bodies and message ids (no IO).
 
 A stored record is also the unit of PULL / QUERY / VIEW response bodies and of the CHECK_TRANSACTION_STATE body, so
-the same encoder and decoder serve the store and the wire. All integers are big-endian.
+the same encoder and decoder serve the store and the wire. Offsets come from :mod:`.layout`.
 """
 
 from __future__ import annotations
@@ -17,30 +17,34 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
-from txmq.errors import RecordDecodeError
+from txmq.errors import ProtocolError, RecordDecodeError
+from txmq.protocol.record.layout import (
+    BLANK_MAGIC_CODE,
+    BORN_V6,
+    FIXED,
+    HEAD,
+    HEAD_SIZE,
+    I32,
+    I64,
+    MAGIC_CODE,
+    MAX_PROPERTIES_BYTES,
+    MAX_TOPIC_BYTES,
+    MIN_RECORD_SIZE,
+    PHYSICAL_OFFSET_POS,
+    QUEUE_OFFSET_POS,
+    SIZE_MAGIC,
+    STORE_V6,
+    SYS_FLAG_POS,
+    TAIL_AFTER_HOSTS,
+    TRANSACTION_MASK,
+    U16,
+    V6_HOSTS,
+    store_timestamp_pos,
+)
+from txmq.protocol.record.properties import Prop, decode_properties
 
-MAGIC_CODE = 0xDAA320A7  # stored as the signed int -626843481
-BLANK_MAGIC_CODE = 0xCBD43194  # end-of-file filler, signed -875286124
-
-MAX_TOPIC_BYTES = 127
-MAX_PROPERTIES_BYTES = 32767
-
-
-class SysFlag(enum.IntFlag):
-    """MessageSysFlag bits."""
-
-    COMPRESSED = 0x1
-    MULTI_TAGS = 0x2
-    TRANSACTION_PREPARED = 0x4
-    TRANSACTION_COMMIT = 0x8
-    TRANSACTION_ROLLBACK = 0xC
-    BORNHOST_V6 = 0x10
-    STOREHOST_V6 = 0x20
-    NEED_UNWRAP = 0x40
-    INNER_BATCH = 0x80
-
-
-TRANSACTION_MASK = 0xC
+_I64 = I64
+_U16 = U16
 
 
 class TransactionType(enum.IntEnum):
@@ -65,61 +69,12 @@ def needs_consume_queue(sys_flag: int) -> bool:
     return sys_flag & TRANSACTION_MASK in (TransactionType.NOT_TYPE, TransactionType.COMMIT)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Properties
+class RecordEncodeError(ProtocolError, ValueError):
+    """A record that cannot be encoded; ``status`` names the RocketMQ PutMessageStatus a store answers with."""
 
-
-class Prop:
-    """Property keys (MessageConst) used by txmq."""
-
-    UNIQ_KEY = "UNIQ_KEY"
-    KEYS = "KEYS"
-    TAGS = "TAGS"
-    WAIT = "WAIT"
-    DELAY = "DELAY"
-    RETRY_TOPIC = "RETRY_TOPIC"
-    REAL_TOPIC = "REAL_TOPIC"
-    REAL_QID = "REAL_QID"
-    TRAN_MSG = "TRAN_MSG"
-    PGROUP = "PGROUP"
-    MIN_OFFSET = "MIN_OFFSET"
-    MAX_OFFSET = "MAX_OFFSET"
-    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-    RECONSUME_TIME = "RECONSUME_TIME"
-    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-    CONSUME_START_TIME = "CONSUME_START_TIME"
-    TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
-    TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-    CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-    CLUSTER = "CLUSTER"
-    MSG_REGION = "MSG_REGION"
-    TRACE_ON = "TRACE_ON"
-    TRANSACTION_ID = "__transactionId__"
-
-
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
-
-
-def encode_properties(properties: dict[str, str]) -> str:
-    """``k\\x01v\\x02k\\x01v`` with no trailing separator (Java's form). Empty keys or values are not written."""
-    return PROPERTY_SEPARATOR.join(
-        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if k and v is not None and v != ""
-    )
-
-
-def decode_properties(text: str) -> dict[str, str]:
-    """Parse a properties string the way RocketMQ does, tolerating the trailing ``\\x02`` C++ writes."""
-    result: dict[str, str] = {}
-    if not text:
-        return result
-    for item in text.split(PROPERTY_SEPARATOR):
-        if len(item) < 3:
-            continue
-        key, sep, value = item.partition(NAME_VALUE_SEPARATOR)
-        if sep and key and value:
-            result[key] = value
-    return result
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -135,24 +90,49 @@ def java_string_hash(text: str) -> int:
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
 
 
+_TAGS: dict[str, int] = {}
+_HOSTS: dict[tuple[str, int], bytes] = {}
+_CACHE_LIMIT = 4096
+
+
 def tags_code(tags: str | None) -> int:
-    """The consume-queue tagsCode of a TAGS value; 0 when there is no tag."""
-    return java_string_hash(tags) if tags else 0
+    """The consume-queue tagsCode of a TAGS value; 0 when there is no tag (cached: tags repeat)."""
+    if not tags:
+        return 0
+    code = _TAGS.get(tags)
+    if code is None:
+        code = java_string_hash(tags)
+        if len(_TAGS) >= _CACHE_LIMIT:
+            _TAGS.clear()
+        _TAGS[tags] = code
+    return code
 
 
 Host = tuple[str, int]
 
 
-@functools.lru_cache(maxsize=4096)
-def _host_bytes(host: Host) -> bytes:
+def host_bytes(host: Host) -> bytes:
+    """Packed ip + int32 port, IPv4-mapped IPv6 turned into IPv4 (cached: hosts repeat per connection)."""
+    cached = _HOSTS.get(host)
+    if cached is not None:
+        return cached
     ip, port = host
     try:
         addr = ipaddress.ip_address(ip)
     except ValueError as exc:
-        raise ValueError(f"not an IP address: {ip!r}") from exc
+        raise RecordEncodeError("MESSAGE_ILLEGAL", f"not an IP address: {ip!r}") from exc
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
         addr = addr.ipv4_mapped
-    return addr.packed + struct.pack(">i", port)
+    if not -(2**31) <= port < 2**31:
+        raise RecordEncodeError("MESSAGE_ILLEGAL", f"port {port} does not fit an int32")
+    packed = addr.packed + I32.pack(port)
+    if len(_HOSTS) >= _CACHE_LIMIT:
+        _HOSTS.clear()
+    _HOSTS[host] = packed
+    return packed
+
+
+_host_bytes = host_bytes
 
 
 @functools.lru_cache(maxsize=4096)
@@ -168,41 +148,19 @@ def normalize_host(host: Host) -> Host:
     return (str(addr), port)
 
 
-def _is_v6(host: Host) -> bool:
-    return len(_host_bytes(host)) == 20
-
-
-def _decode_host(data: bytes) -> Host:
+def _decode_host(data: bytes | memoryview) -> Host:
     return _decode_host_bytes(bytes(data))
 
 
 @functools.lru_cache(maxsize=4096)
 def _decode_host_bytes(data: bytes) -> Host:
     ip = str(ipaddress.ip_address(data[:-4]))
-    (port,) = struct.unpack(">i", data[-4:])
+    (port,) = I32.unpack(data[-4:])
     return (ip, port)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Records
-
-# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
-_HEAD = struct.Struct(">iIiiiqqiq")
-_HEAD_SIZE = _HEAD.size  # 48
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_U16 = struct.Struct(">H")
-_TAIL_AFTER_HOSTS = struct.Struct(">iqi")  # RECONSUMETIMES PREPARED_TX_OFFSET BODYLEN
-
-QUEUE_OFFSET_POS = 20
-PHYSICAL_OFFSET_POS = 28
-SYS_FLAG_POS = 36
-BORN_HOST_POS = 48
-
-
-def store_timestamp_pos(sys_flag: int) -> int:
-    """Byte position of STORETIMESTAMP, which follows the (4- or 16-byte) born host."""
-    return BORN_HOST_POS + (20 if sys_flag & SysFlag.BORNHOST_V6 else 8)
 
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
@@ -251,69 +209,112 @@ class MessageRecord:
         return encode_offset_msg_id(self.store_host, self.physical_offset)
 
 
+_crc32 = zlib.crc32
+_HOSTS_GET = _HOSTS.get
+
+
+def encode_parts(
+    record: MessageRecord, max_body: int | None = None, properties_text: str | None = None
+) -> tuple[bytearray, int]:
+    """Encode ``record``; return the bytes and the sysFlag written (its V6 bits derived from the hosts).
+
+    The store's append path calls this once per message, so it packs the whole fixed part with one precompiled
+    struct. Raises :class:`RecordEncodeError` (``status`` MESSAGE_ILLEGAL or PROPERTIES_SIZE_EXCEEDED).
+    """
+    topic = record.topic.encode()
+    topic_len = len(topic)
+    if not 0 < topic_len <= MAX_TOPIC_BYTES:
+        raise RecordEncodeError(
+            "MESSAGE_ILLEGAL", f"topic must be 1..{MAX_TOPIC_BYTES} bytes of UTF-8, got {topic_len}"
+        )
+    body = record.body
+    body_len = len(body)
+    if max_body is not None and body_len > max_body:
+        raise RecordEncodeError("MESSAGE_ILLEGAL", f"body is {body_len} bytes, more than maxMessageSize {max_body}")
+    if properties_text is None:
+        properties = record.properties
+        # encode_properties, inlined: same text, fewer calls.
+        props = (
+            "\x02".join([f"{k}\x01{v}" for k, v in properties.items() if k and v is not None and v != ""]).encode()
+            if properties
+            else b""
+        )
+    else:
+        props = properties_text.encode()
+    props_len = len(props)
+    if props_len > MAX_PROPERTIES_BYTES:
+        raise RecordEncodeError(
+            "PROPERTIES_SIZE_EXCEEDED", f"properties are {props_len} bytes, more than {MAX_PROPERTIES_BYTES}"
+        )
+    born_host = record.born_host
+    store_host = record.store_host
+    born = _HOSTS_GET(born_host) or host_bytes(born_host)
+    store = _HOSTS_GET(store_host) or host_bytes(store_host)
+    born_v6 = len(born) == 20
+    store_v6 = len(store) == 20
+    sys_flag = record.sys_flag & ~V6_HOSTS
+    if born_v6:
+        sys_flag |= BORN_V6
+    if store_v6:
+        sys_flag |= STORE_V6
+    fixed = FIXED[born_v6, store_v6]
+    crc = record.body_crc
+    if crc is None:
+        crc = _crc32(body) & 0x7FFFFFFF
+    pos = fixed.size
+    total = pos + body_len + 3 + topic_len + props_len
+    buf = bytearray(total)
+    try:
+        fixed.pack_into(
+            buf,
+            0,
+            total,
+            MAGIC_CODE,
+            crc,
+            record.queue_id,
+            record.flag,
+            record.queue_offset,
+            record.physical_offset,
+            sys_flag,
+            record.born_timestamp,
+            born,
+            record.store_timestamp,
+            store,
+            record.reconsume_times,
+            record.prepared_transaction_offset,
+            body_len,
+        )
+    except struct.error as exc:
+        raise RecordEncodeError("MESSAGE_ILLEGAL", f"a numeric field is out of range: {exc}") from exc
+    end = pos + body_len
+    buf[pos:end] = body
+    buf[end] = topic_len
+    pos = end + 1 + topic_len
+    buf[end + 1 : pos] = topic
+    U16.pack_into(buf, pos, props_len)
+    buf[pos + 2 :] = props
+    return buf, sys_flag
+
+
 def encode_record(record: MessageRecord, properties_text: str | None = None) -> bytearray:
     """Encode a record. The V6 sysFlag bits are derived from the hosts. ``properties_text`` overrides the map."""
-    topic = record.topic.encode("utf-8")
-    if not topic or len(topic) > MAX_TOPIC_BYTES:
-        raise ValueError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes of UTF-8, got {len(topic)}")
-    props_text = encode_properties(record.properties) if properties_text is None else properties_text
-    props = props_text.encode("utf-8")
-    if len(props) > MAX_PROPERTIES_BYTES:
-        raise ValueError(f"properties are {len(props)} bytes, more than {MAX_PROPERTIES_BYTES}")
-    born = _host_bytes(record.born_host)
-    store = _host_bytes(record.store_host)
-    sys_flag = record.sys_flag & ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
-    if len(born) == 20:
-        sys_flag |= SysFlag.BORNHOST_V6
-    if len(store) == 20:
-        sys_flag |= SysFlag.STOREHOST_V6
-    body = record.body
-    crc = body_crc(body) if record.body_crc is None else record.body_crc
-    total = _HEAD_SIZE + len(born) + 8 + len(store) + _TAIL_AFTER_HOSTS.size + len(body) + 1 + len(topic) + 2
-    total += len(props)
-    out = bytearray(total)
-    _HEAD.pack_into(
-        out,
-        0,
-        total,
-        MAGIC_CODE,
-        crc,
-        record.queue_id,
-        record.flag,
-        record.queue_offset,
-        record.physical_offset,
-        sys_flag,
-        record.born_timestamp,
-    )
-    pos = _HEAD_SIZE
-    out[pos : pos + len(born)] = born
-    pos += len(born)
-    _I64.pack_into(out, pos, record.store_timestamp)
-    pos += 8
-    out[pos : pos + len(store)] = store
-    pos += len(store)
-    _TAIL_AFTER_HOSTS.pack_into(out, pos, record.reconsume_times, record.prepared_transaction_offset, len(body))
-    pos += _TAIL_AFTER_HOSTS.size
-    out[pos : pos + len(body)] = body
-    pos += len(body)
-    out[pos] = len(topic)
-    pos += 1
-    out[pos : pos + len(topic)] = topic
-    pos += len(topic)
-    _U16.pack_into(out, pos, len(props))
-    pos += 2
-    out[pos:] = props
-    return out
+    return encode_parts(record, None, properties_text)[0]
 
 
 def stamp_record(
     buf: bytearray | memoryview, pos: int, queue_offset: int, physical_offset: int, store_timestamp: int
 ) -> None:
     """Write QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP into an encoded record at ``buf[pos:]``."""
-    _I64.pack_into(buf, pos + QUEUE_OFFSET_POS, queue_offset)
-    _I64.pack_into(buf, pos + PHYSICAL_OFFSET_POS, physical_offset)
-    (sys_flag,) = _I32.unpack_from(buf, pos + SYS_FLAG_POS)
-    _I64.pack_into(buf, pos + store_timestamp_pos(sys_flag), store_timestamp)
+    I64.pack_into(buf, pos + QUEUE_OFFSET_POS, queue_offset)
+    I64.pack_into(buf, pos + PHYSICAL_OFFSET_POS, physical_offset)
+    (sys_flag,) = I32.unpack_from(buf, pos + SYS_FLAG_POS)
+    I64.pack_into(buf, pos + store_timestamp_pos(sys_flag), store_timestamp)
+
+
+def read_store_timestamp(data: bytes | bytearray | memoryview, offset: int = 0) -> int:
+    """STORETIMESTAMP of the record at ``data[offset:]`` (its first 76 or 88 bytes are enough), unchecked."""
+    (sys_flag,) = I32.unpack_from(data, offset + SYS_FLAG_POS)
+    return I64.unpack_from(data, offset + store_timestamp_pos(sys_flag))[0]  # type: ignore[no-any-return]
 
 
 def _need(data: memoryview | bytes, pos: int, n: int, what: str) -> None:
@@ -324,8 +325,45 @@ def _need(data: memoryview | bytes, pos: int, n: int, what: str) -> None:
 def read_record_size(data: bytes | bytearray | memoryview, offset: int = 0) -> tuple[int, int]:
     """Return ``(total_size, magic)`` of the record or blank at ``offset`` without decoding it."""
     _need(data, offset, 8, "record header")
-    size, magic = struct.unpack_from(">iI", data, offset)
+    size, magic = SIZE_MAGIC.unpack_from(data, offset)
     return size, magic
+
+
+# (total, sys_flag, body_pos, body_len, topic_pos, topic_len, props_pos, props_len); positions relative to the
+# record's start.
+Located = tuple[int, int, int, int, int, int, int, int]
+
+
+def locate(view: memoryview | bytes | bytearray, offset: int = 0) -> Located:
+    """Check the structure of the record at ``view[offset:]`` (magic, TOTALSIZE, field lengths adding up) and
+    return where its variable fields are. Raises :class:`RecordDecodeError` on anything malformed. No CRC check."""
+    _need(view, offset, HEAD_SIZE, "fixed header")
+    total, magic = SIZE_MAGIC.unpack_from(view, offset)
+    if magic != MAGIC_CODE:
+        if magic == BLANK_MAGIC_CODE:
+            raise RecordDecodeError(f"end-of-file blank at {offset}, not a message record")
+        raise RecordDecodeError(f"bad magic code 0x{magic:08X} at {offset}")
+    if total < MIN_RECORD_SIZE or offset + total > len(view):
+        raise RecordDecodeError(f"record size {total} at {offset} is impossible or runs past the data ({len(view)})")
+    (sys_flag,) = I32.unpack_from(view, offset + SYS_FLAG_POS)
+    body_len_at = FIXED[bool(sys_flag & BORN_V6), bool(sys_flag & STORE_V6)].size - 4
+    if body_len_at + 4 > total:
+        raise RecordDecodeError(f"record at {offset}: hosts do not fit in TOTALSIZE {total}")
+    (body_len,) = I32.unpack_from(view, offset + body_len_at)
+    body_pos = body_len_at + 4
+    topic_len_at = body_pos + body_len
+    if body_len < 0 or topic_len_at + 1 > total:
+        raise RecordDecodeError(f"record at {offset}: body length {body_len} does not fit in TOTALSIZE {total}")
+    topic_len = view[offset + topic_len_at]
+    props_len_at = topic_len_at + 1 + topic_len
+    if props_len_at + 2 > total:
+        raise RecordDecodeError(f"record at {offset}: topic length {topic_len} does not fit in TOTALSIZE {total}")
+    (props_len,) = U16.unpack_from(view, offset + props_len_at)
+    if props_len > MAX_PROPERTIES_BYTES:
+        raise RecordDecodeError(f"properties length {props_len} at {offset} is over {MAX_PROPERTIES_BYTES}")
+    if props_len_at + 2 + props_len != total:
+        raise RecordDecodeError(f"record at {offset} declares {total} bytes but its fields take more or less")
+    return total, sys_flag, body_pos, body_len, topic_len_at + 1, topic_len, props_len_at + 2, props_len
 
 
 def decode_record(
@@ -333,68 +371,35 @@ def decode_record(
 ) -> MessageRecord:
     """Decode the record at ``data[offset:]``. Raises :class:`RecordDecodeError` on anything malformed."""
     view = memoryview(data)
-    _need(view, offset, _HEAD_SIZE, "fixed header")
-    total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts = _HEAD.unpack_from(view, offset)
-    if magic != MAGIC_CODE:
-        if magic == BLANK_MAGIC_CODE:
-            raise RecordDecodeError(f"end-of-file blank at {offset}, not a message record")
-        raise RecordDecodeError(f"bad magic code 0x{magic:08X} at {offset}")
-    if total < 91 or offset + total > len(view):
-        raise RecordDecodeError(f"record size {total} at {offset} is impossible or runs past the data ({len(view)})")
+    total, sys_flag, body_pos, body_len, topic_pos, topic_len, props_pos, props_len = locate(view, offset)
     rec = view[offset : offset + total]
-    pos = _HEAD_SIZE
-    born_len = 16 if sys_flag & SysFlag.BORNHOST_V6 else 4
-    _need(rec, pos, born_len + 4 + 8, "born host")
-    born_host = _decode_host(rec[pos : pos + born_len + 4])
-    pos += born_len + 4
-    (store_ts,) = _I64.unpack_from(rec, pos)
-    pos += 8
-    store_len = 16 if sys_flag & SysFlag.STOREHOST_V6 else 4
-    _need(rec, pos, store_len + 4 + _TAIL_AFTER_HOSTS.size, "store host")
-    store_host = _decode_host(rec[pos : pos + store_len + 4])
-    pos += store_len + 4
-    reconsume, prepared, body_len = _TAIL_AFTER_HOSTS.unpack_from(rec, pos)
-    pos += _TAIL_AFTER_HOSTS.size
-    _need(rec, pos, body_len, "body")
-    body_view = rec[pos : pos + body_len]
+    _total, _magic, crc, queue_id, flag, queue_offset, phys, _sys_flag, born_ts = HEAD.unpack_from(rec, 0)
+    body_view = rec[body_pos : body_pos + body_len]
     if check_crc and body_crc(body_view) != crc:
         raise RecordDecodeError(f"body CRC mismatch at {offset}: stored {crc}, computed {body_crc(body_view)}")
-    body = bytes(body_view) if with_body else b""
-    pos += body_len
-    _need(rec, pos, 1, "topic length")
-    topic_len = rec[pos]
-    pos += 1
-    _need(rec, pos, topic_len, "topic")
+    store_ts_at = store_timestamp_pos(sys_flag)
+    (store_ts,) = I64.unpack_from(rec, store_ts_at)
+    reconsume, prepared, _body_len = TAIL_AFTER_HOSTS.unpack_from(rec, body_pos - TAIL_AFTER_HOSTS.size)
     try:
-        topic = bytes(rec[pos : pos + topic_len]).decode("utf-8")
+        topic = bytes(rec[topic_pos : topic_pos + topic_len]).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RecordDecodeError(f"topic at {offset} is not UTF-8") from exc
-    pos += topic_len
-    _need(rec, pos, 2, "properties length")
-    (props_len,) = _U16.unpack_from(rec, pos)
-    pos += 2
-    if props_len > MAX_PROPERTIES_BYTES:
-        raise RecordDecodeError(f"properties length {props_len} at {offset} is over {MAX_PROPERTIES_BYTES}")
-    _need(rec, pos, props_len, "properties")
     try:
-        props = decode_properties(bytes(rec[pos : pos + props_len]).decode("utf-8"))
+        props = decode_properties(bytes(rec[props_pos : props_pos + props_len]).decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise RecordDecodeError(f"properties at {offset} are not UTF-8") from exc
-    pos += props_len
-    if pos != total:
-        raise RecordDecodeError(f"record at {offset} declares {total} bytes but its fields take {pos}")
     return MessageRecord(
         topic=topic,
-        body=body,
+        body=bytes(body_view) if with_body else b"",
         queue_id=queue_id,
         flag=flag,
         queue_offset=queue_offset,
         physical_offset=phys,
         sys_flag=sys_flag,
         born_timestamp=born_ts,
-        born_host=born_host,
+        born_host=_decode_host(rec[HEAD_SIZE:store_ts_at]),
         store_timestamp=store_ts,
-        store_host=store_host,
+        store_host=_decode_host(rec[store_ts_at + 8 : body_pos - TAIL_AFTER_HOSTS.size]),
         reconsume_times=reconsume,
         prepared_transaction_offset=prepared,
         properties=props,
@@ -419,7 +424,7 @@ def encode_blank(size: int) -> bytes:
     """The end-of-file filler that tells readers to continue at the next segment."""
     if size < 8:
         raise ValueError("a blank needs at least 8 bytes")
-    return struct.pack(">iI", size, BLANK_MAGIC_CODE) + bytes(size - 8)
+    return SIZE_MAGIC.pack(size, BLANK_MAGIC_CODE) + bytes(size - 8)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -468,15 +473,6 @@ def decode_batch(body: bytes | bytearray | memoryview) -> list[BatchEntry]:
         entries.append(BatchEntry(body=entry_body, flag=flag, properties=props))
         pos += total
     return entries
-
-
-def join_properties(entry_props: str, batch_props: str) -> str:
-    """An entry's own properties followed by the batch-level ones, with one separator between."""
-    if not batch_props:
-        return entry_props
-    if entry_props and not entry_props.endswith(PROPERTY_SEPARATOR):
-        return entry_props + PROPERTY_SEPARATOR + batch_props
-    return entry_props + batch_props
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,84 @@
+"""The properties string of a record: ``key\\x01value\\x02key\\x01value`` in UTF-8 (wire reference §3.3)."""
+
+from __future__ import annotations
+
+
+class Prop:
+    """Property keys (MessageConst) used by txmq."""
+
+    UNIQ_KEY = "UNIQ_KEY"
+    KEYS = "KEYS"
+    TAGS = "TAGS"
+    WAIT = "WAIT"
+    DELAY = "DELAY"
+    RETRY_TOPIC = "RETRY_TOPIC"
+    REAL_TOPIC = "REAL_TOPIC"
+    REAL_QID = "REAL_QID"
+    TRAN_MSG = "TRAN_MSG"
+    PGROUP = "PGROUP"
+    MIN_OFFSET = "MIN_OFFSET"
+    MAX_OFFSET = "MAX_OFFSET"
+    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    RECONSUME_TIME = "RECONSUME_TIME"
+    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+    CONSUME_START_TIME = "CONSUME_START_TIME"
+    TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+    TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+    CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+    CLUSTER = "CLUSTER"
+    MSG_REGION = "MSG_REGION"
+    TRACE_ON = "TRACE_ON"
+    TRANSACTION_ID = "__transactionId__"
+
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+
+def encode_properties(properties: dict[str, str]) -> str:
+    """``k\\x01v\\x02k\\x01v`` with no trailing separator (Java's form). Empty keys or values are not written."""
+    return PROPERTY_SEPARATOR.join(
+        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if k and v is not None and v != ""
+    )
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Parse a properties string the way RocketMQ does, tolerating the trailing ``\\x02`` C++ writes."""
+    result: dict[str, str] = {}
+    if not text:
+        return result
+    for item in text.split(PROPERTY_SEPARATOR):
+        if len(item) < 3:
+            continue
+        key, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and key and value:
+            result[key] = value
+    return result
+
+
+def property_value(text: str, key: str) -> str | None:
+    """The value :func:`decode_properties` would give ``key`` in a properties string, without building the map.
+
+    Later duplicates win, a key counts only at the start of an item, and empty values are skipped.
+    """
+    marker = key + NAME_VALUE_SEPARATOR
+    i = text.rfind(marker)
+    while i > 0 and text[i - 1] != PROPERTY_SEPARATOR:
+        i = text.rfind(marker, 0, i)
+    if i < 0:
+        return None
+    start = i + len(marker)
+    stop = text.find(PROPERTY_SEPARATOR, start)
+    value = text[start:] if stop < 0 else text[start:stop]
+    if not value and i > 0:  # an empty value is dropped; an earlier occurrence may still count
+        return decode_properties(text).get(key)
+    return value or None
+
+
+def join_properties(entry_props: str, batch_props: str) -> str:
+    """An entry's own properties followed by the batch-level ones, with one separator between."""
+    if not batch_props:
+        return entry_props
+    if entry_props and not entry_props.endswith(PROPERTY_SEPARATOR):
+        return entry_props + PROPERTY_SEPARATOR + batch_props
+    return entry_props + batch_props

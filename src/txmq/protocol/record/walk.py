@@ -1,0 +1,222 @@
+"""Walking the records of a commit-log segment buffer, stopping cleanly at its end, a blank, or a torn tail.
+
+One loop serves crash recovery (verify everything, yield the fields the consume queues and index need), the Spark
+store source (views of every record in a byte range, skipping a record whose CRC alone fails) and tests. Where and
+why the walk stopped lands in a :class:`WalkResult`: zeros and blanks are a clean end, anything else is not.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from txmq.protocol.record.layout import (
+    BLANK_HEADER_SIZE,
+    BLANK_MAGIC_CODE,
+    BORN_V6,
+    HEAD_TO_SYS_FLAG,
+    I32,
+    I64,
+    MAGIC_CODE,
+    MAX_TOPIC_BYTES,
+    MIN_RECORD_SIZE,
+    SIZE_MAGIC,
+    STORE_TIMESTAMP_POS_BY_BORN_V6,
+    STORE_V6,
+    U16,
+    V6_EXTRA,
+    body_len_pos,
+)
+from txmq.protocol.record.view import RecordView
+
+# (phys, size, queue_id, queue_offset, sys_flag, store_timestamp, topic bytes, properties bytes)
+ScannedRecord = tuple[int, int, int, int, int, int, bytes, bytes]
+
+_BODY_LEN_POS_V4 = body_len_pos(0)
+
+
+@dataclass(slots=True)
+class WalkResult:
+    """Where a walk stopped and why. ``end`` is the first offset (``base``-relative, like PHYSICALOFFSET) that is
+    not a verified record."""
+
+    start: int = 0
+    end: int = 0
+    reason: str = "end of data"
+    clean_end: bool = True  # stopped at zeros, a well-formed blank, the end of the buffer or of the range
+    blank: bool = False  # stopped at a well-formed end-of-file blank: the log continues in the next segment
+    records: int = 0
+    bytes: int = 0
+    skipped: int = 0  # records passed over because their body CRC failed (``skip_bad_crc``)
+
+
+def walk_segment(
+    buf: Any,
+    *,
+    base: int = 0,
+    start: int = 0,
+    limit: int | None = None,
+    check_crc: bool = True,
+    check_physical_offset: bool = True,
+    tail_room: int = BLANK_HEADER_SIZE,
+    yield_from: int = 0,
+    hop_to: int = 0,
+    stop_at: int | None = None,
+    skip_bad_crc: bool = False,
+    on_skip: Callable[[int, str], None] | None = None,
+    views: bool = False,
+    result: WalkResult | None = None,
+) -> Iterator[Any]:
+    """Walk the records of ``buf[start:limit]``, a segment whose first byte is commit-log offset ``base``.
+
+    Yields a :data:`ScannedRecord` per verified record at or past ``yield_from`` (``base``-relative), or a
+    :class:`RecordView` when ``views``. Records before ``yield_from`` are verified only; records before ``hop_to``
+    are chained by TOTALSIZE without verification (a partition that starts mid-segment). The walk stops before
+    ``stop_at``, at zeros, at a blank, or at the first record that is not valid: a bad magic, an impossible size
+    (a record leaves ``tail_room`` bytes for the blank a writer puts after it), a PHYSICALOFFSET that disagrees
+    with its position, field lengths that do not add up, or a body CRC mismatch (skipped instead when
+    ``skip_bad_crc``: its size still chains to the next record).
+    """
+    res = result if result is not None else WalkResult()
+    res.start = res.end = base + start
+    view = memoryview(buf)
+    if limit is None:
+        limit = len(view)
+    stop = limit if stop_at is None else min(limit, stop_at - base)
+    head = HEAD_TO_SYS_FLAG.unpack_from
+    head_size = HEAD_TO_SYS_FLAG.size
+    size_magic = SIZE_MAGIC.unpack_from
+    i32 = I32.unpack_from
+    i64 = I64.unpack_from
+    u16 = U16.unpack_from
+    crc32 = zlib.crc32
+    ts_by_v6 = STORE_TIMESTAMP_POS_BY_BORN_V6
+    yield_pos = max(yield_from - base, hop_to - base)
+    pos = start
+    records = nbytes = skipped = 0
+    reason: str | None = None
+    clean = True
+    try:
+        while pos < hop_to - base:
+            if limit - pos < BLANK_HEADER_SIZE:
+                reason = "end of the buffer before the range"
+                break
+            size, magic = size_magic(view, pos)
+            if magic != MAGIC_CODE or size < MIN_RECORD_SIZE:
+                reason = f"no record chain to the range at {base + pos}"
+                break
+            pos += size
+        while reason is None:
+            phys = base + pos
+            if pos >= stop:
+                reason = "end of the range" if stop < limit else "end of the buffer"
+                break
+            remaining = limit - pos
+            if remaining < BLANK_HEADER_SIZE:
+                reason, clean = f"only {remaining} bytes left in the segment at {phys}", False
+                break
+            if remaining >= head_size:
+                size, magic, crc, queue_id, _flag, queue_offset, rec_phys, sys_flag = head(view, pos)
+            else:
+                size, magic = size_magic(view, pos)
+            if magic != MAGIC_CODE:
+                if magic == BLANK_MAGIC_CODE:
+                    if size != remaining:
+                        reason = f"end-of-file blank at {phys} says {size} bytes but {remaining} are left"
+                        clean = False
+                    else:
+                        reason = f"end-of-file blank at {phys}"
+                        res.blank = True
+                elif size != 0 or magic != 0:
+                    reason, clean = f"garbage header at {phys} (size {size}, magic 0x{magic:08X})", False
+                else:
+                    reason = "end of data"
+                break
+            if size < MIN_RECORD_SIZE or size + tail_room > remaining:
+                reason = f"impossible record size {size} at {phys} ({remaining} bytes left in the segment)"
+                clean = False
+                break
+            if check_physical_offset and rec_phys != phys:
+                reason, clean = f"record at {phys} says its PHYSICALOFFSET is {rec_phys}", False
+                break
+            end = pos + size
+            body_len_at = pos + _BODY_LEN_POS_V4
+            if sys_flag & BORN_V6:
+                body_len_at += V6_EXTRA
+            if sys_flag & STORE_V6:
+                body_len_at += V6_EXTRA
+            if body_len_at + 4 > end:
+                reason, clean = f"record at {phys}: hosts do not fit in TOTALSIZE {size}", False
+                break
+            (body_len,) = i32(view, body_len_at)
+            body_start = body_len_at + 4
+            topic_len_at = body_start + body_len
+            if body_len < 0 or topic_len_at + 1 > end:
+                reason = f"record at {phys}: body length {body_len} does not fit in TOTALSIZE {size}"
+                clean = False
+                break
+            topic_len = view[topic_len_at]
+            props_len_at = topic_len_at + 1 + topic_len
+            if topic_len == 0 or topic_len > MAX_TOPIC_BYTES or props_len_at + 2 > end:
+                reason, clean = f"record at {phys}: topic length {topic_len} is invalid", False
+                break
+            (props_len,) = u16(view, props_len_at)
+            if props_len_at + 2 + props_len != end:
+                reason, clean = f"record at {phys}: field lengths do not add up to TOTALSIZE {size}", False
+                break
+            if check_crc and crc32(view[body_start:topic_len_at]) & 0x7FFFFFFF != crc:
+                why = f"body CRC mismatch in record at {phys}"
+                if not skip_bad_crc:
+                    reason, clean = why, False
+                    break
+                skipped += 1
+                if on_skip is not None:
+                    on_skip(phys, why)
+                pos = end
+                continue
+            records += 1
+            nbytes += size
+            if pos >= yield_pos:
+                if views:
+                    yield RecordView.trusted(
+                        buf,
+                        pos,
+                        (
+                            size,
+                            sys_flag,
+                            body_start - pos,
+                            body_len,
+                            topic_len_at + 1 - pos,
+                            topic_len,
+                            props_len_at + 2 - pos,
+                            props_len,
+                        ),
+                    )
+                else:
+                    (store_ts,) = i64(view, pos + ts_by_v6[(sys_flag >> 4) & 1])
+                    yield (
+                        phys,
+                        size,
+                        queue_id,
+                        queue_offset,
+                        sys_flag,
+                        store_ts,
+                        bytes(view[topic_len_at + 1 : props_len_at]),
+                        bytes(view[props_len_at + 2 : end]),
+                    )
+            pos = end
+    finally:
+        view.release()
+        res.end = base + pos
+        res.reason = reason or "end of data"
+        res.clean_end = clean
+        res.records += records
+        res.bytes += nbytes
+        res.skipped += skipped
+
+
+def iter_views(buf: Any, **options: Any) -> Iterator[RecordView]:
+    """:func:`walk_segment` yielding a :class:`RecordView` per record."""
+    return walk_segment(buf, views=True, **options)  # type: ignore[no-any-return]
