@@ -14,11 +14,11 @@ from test_transactions import COMMIT, ROLLBACK, Harness, Prepared, Producer, pul
 
 from txmq.broker import transactions
 from txmq.broker.topics import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_OP_HALF_TOPIC
-from txmq.broker.transactions import TX_TRANSITIONS, IllegalTransactionTransition, TxState, next_state
 from txmq.protocol.codes import RequestCode, ResponseCode, TxmqRequestCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.record import encode_offset_msg_id
 from txmq.testing import aeventually
+from txmq.txn import TX_TRANSITIONS, IllegalTransactionTransition, TxState, next_state
 
 LIST = TxmqRequestCode.TXMQ_LIST_TRANSACTIONS
 GET = TxmqRequestCode.TXMQ_GET_TRANSACTION

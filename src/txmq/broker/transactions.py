@@ -59,7 +59,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import enum
 import functools
 import heapq
 import itertools
@@ -70,8 +69,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-import orjson
-
 from txmq.broker.send import SendError
 from txmq.broker.topics import (
     PERM_READ,
@@ -81,7 +78,7 @@ from txmq.broker.topics import (
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
 )
-from txmq.errors import ProtocolError, RecordDecodeError, TxmqError
+from txmq.errors import ProtocolError, RecordDecodeError
 from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import (
@@ -110,6 +107,18 @@ from txmq.protocol.record import (
     with_transaction_type,
 )
 from txmq.protocol.topics import SYS_TRANS_GROUP
+from txmq.txn.journal import (
+    JOURNAL_NAME,
+    LEGACY_CHECKS_NAME,
+    CheckAttempt,
+    answer_line,
+    check_line,
+    journal_lines,
+    parse_journal,
+    parse_legacy_checks,
+)
+from txmq.txn.machine import TX_TRANSITIONS, Verdict, next_state, rule
+from txmq.txn.model import DECISION_OF_STATE, RESOLVED, STATE_OF_DECISION, By, Decision, Input, TxState
 from txmq.util import atomic_write_bytes
 
 if TYPE_CHECKING:
@@ -117,16 +126,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("txmq.broker.transactions")
 
-COMMIT = "COMMIT"
-ROLLBACK = "ROLLBACK"
-DISCARD = "DISCARD"
+COMMIT = Decision.COMMIT
+ROLLBACK = Decision.ROLLBACK
+DISCARD = Decision.DISCARD
 UNKNOWN = "UNKNOWN"  # an op marker without a recorded decision (written by RocketMQ); also a check's UNKNOWN answer
-# Who resolved a transaction (TXMQ_BY on the op marker).
-BY_PRODUCER = "producer"  # END_TRANSACTION from the producer after its local transaction
-BY_CHECK = "check"  # END_TRANSACTION answering a check (fromTransactionCheck=true)
-BY_OPERATOR = "operator"  # TXMQ_RESOLVE_TRANSACTION / TXMQ_RESUME_TRANSACTION
-BY_BROKER = "broker"  # DISCARD after transactionCheckMax checks or fileReservedTime
-BY_RECOVERY = "recovery"  # op marker re-written at start for a commit whose marker was lost in a crash
+BY_PRODUCER = By.PRODUCER
+BY_CHECK = By.CHECK
+BY_OPERATOR = By.OPERATOR
+BY_BROKER = By.BROKER
+BY_RECOVERY = By.RECOVERY
+_INPUT_OF_DECISION = {COMMIT: Input.COMMIT, ROLLBACK: Input.ROLLBACK}
 _DECISIONS = {int(TransactionType.COMMIT): COMMIT, int(TransactionType.ROLLBACK): ROLLBACK}
 _DONE: tuple[int, None] = (ResponseCode.SUCCESS, None)
 _COMMIT_TYPE = int(TransactionType.COMMIT)
@@ -143,60 +152,10 @@ _MARKER_DECISIONS = 128  # decisions one op marker holds at most (its properties
 _FRESH_MAX = 8192
 _FRESH_MAX_BYTES = 64 << 20
 _FRESH_MS = 1_000
-JOURNAL_NAME = "transactionJournal.log"
-LEGACY_CHECKS_NAME = "transactionChecks.json"
 DEFAULT_HISTORY_MAX = 10_000
 DEFAULT_DECIDED_MAX = 200_000
 DEFAULT_RESOLUTION_WINDOW = 1_000
 _JOURNAL_SLACK = 10_000  # journal lines allowed beyond twice the live ones before it is rewritten
-
-
-class TxState(enum.Enum):
-    """A transaction's state on the broker."""
-
-    PREPARED = "PREPARED"  # half message stored, no decision: in the pending table, checked on schedule
-    COMMITTED = "COMMITTED"
-    ROLLED_BACK = "ROLLED_BACK"
-    DISCARDED = "DISCARDED"  # transactionCheckMax reached: copied to TRANS_CHECK_MAX_TIME_TOPIC, not checked
-
-    # Members are singletons compared by identity: hash them by identity too, in C. Enum's own __hash__ is Python
-    # code, run on every set or dict lookup of a state (several per transaction).
-    __hash__ = object.__hash__
-
-
-# Allowed transitions. DISCARDED is not a decision: a late COMMIT/ROLLBACK still applies, and a resume re-opens it.
-TX_TRANSITIONS: dict[TxState, frozenset[TxState]] = {
-    TxState.PREPARED: frozenset({TxState.COMMITTED, TxState.ROLLED_BACK, TxState.DISCARDED}),
-    TxState.DISCARDED: frozenset({TxState.PREPARED, TxState.COMMITTED, TxState.ROLLED_BACK}),
-    TxState.COMMITTED: frozenset(),
-    TxState.ROLLED_BACK: frozenset(),
-}
-STATE_OF_DECISION = {COMMIT: TxState.COMMITTED, ROLLBACK: TxState.ROLLED_BACK, DISCARD: TxState.DISCARDED}
-DECISION_OF_STATE = {state: decision for decision, state in STATE_OF_DECISION.items()}
-RESOLVED = frozenset({TxState.COMMITTED, TxState.ROLLED_BACK})
-
-
-class IllegalTransactionTransition(TxmqError):
-    """A transaction state change that :data:`TX_TRANSITIONS` does not allow."""
-
-
-def next_state(state: TxState, new: TxState) -> TxState:
-    """``new`` when ``state -> new`` is allowed, else :class:`IllegalTransactionTransition`."""
-    if new not in TX_TRANSITIONS[state]:
-        raise IllegalTransactionTransition(f"a {state.value} transaction cannot become {new.value}")
-    return new
-
-
-@dataclass(slots=True)
-class CheckAttempt:
-    """One CHECK_TRANSACTION_STATE that went out, and the producer's answer (None until one arrives)."""
-
-    sent_ms: int
-    answer: str | None = None  # COMMIT, ROLLBACK or UNKNOWN
-    answered_ms: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"sentAt": self.sent_ms, "answer": self.answer, "answeredAt": self.answered_ms}
 
 
 @dataclass(slots=True)
@@ -561,12 +520,7 @@ class TransactionService:
 
     def _journal_snapshot(self) -> tuple[bytes, int]:
         """The journal rewritten from memory: the check history of every record held (built on the loop)."""
-        out: list[str] = []
-        for rec in list(self.records.values()):
-            for attempt in rec.check_log:
-                out.append(f"C {rec.phys} {attempt.sent_ms}\n")
-                if attempt.answer is not None:
-                    out.append(f"A {rec.phys} {attempt.answered_ms or 0} {attempt.answer}\n")
+        out = journal_lines((rec.phys, rec.check_log) for rec in list(self.records.values()))
         self._journal_buf.clear()  # everything buffered is in memory, so in the snapshot
         return "".join(out).encode("ascii"), len(out)
 
@@ -581,49 +535,26 @@ class TransactionService:
             log.error("rewriting the transaction journal %s failed: %s", self._journal_path, exc)
 
     def _load_journal(self) -> dict[int, list[CheckAttempt]]:
-        attempts: dict[int, list[CheckAttempt]] = {}
         try:
-            text = self._journal_path.read_bytes().decode("ascii", "replace")
+            journal = parse_journal(self._journal_path.read_bytes())
         except FileNotFoundError:
-            text = ""
+            journal = parse_journal(b"")
         except OSError as exc:
             log.error(
                 "the transaction journal %s is unreadable (%s); check history starts over", self._journal_path, exc
             )
-            text = ""
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        elif lines:
-            lines.pop()  # a torn last line (crash while appending)
-        bad = 0
-        for line in lines:
-            parts = line.split(" ")
-            try:
-                if parts[0] == "C" and len(parts) == 3:
-                    attempts.setdefault(int(parts[1]), []).append(CheckAttempt(int(parts[2])))
-                elif parts[0] == "A" and len(parts) == 4:
-                    for attempt in reversed(attempts.get(int(parts[1]), [])):
-                        if attempt.answer is None:
-                            attempt.answer, attempt.answered_ms = parts[3], int(parts[2])
-                            break
-                else:
-                    bad += 1
-            except ValueError:
-                bad += 1
-        if bad:
-            log.error("%d malformed line(s) in the transaction journal %s skipped", bad, self._journal_path)
-        self._journal_lines = len(lines)
+            journal = parse_journal(b"")
+        if journal.bad:
+            log.error("%d malformed line(s) in the transaction journal %s skipped", journal.bad, self._journal_path)
+        self._journal_lines = journal.lines
+        attempts = journal.attempts
         # The format before the journal: half offset -> [checks, last check ms]. Honoured once, then removed.
         try:
-            raw = orjson.loads(self._legacy_checks_path.read_bytes())
-            for key, value in raw.get("checks", {}).items():
-                phys, count, last = int(key), int(value[0]), int(value[1])
-                if phys not in attempts:
-                    attempts[phys] = [CheckAttempt(last) for _ in range(count)]
+            for phys, legacy in parse_legacy_checks(self._legacy_checks_path.read_bytes()).items():
+                attempts.setdefault(phys, legacy)
         except FileNotFoundError:
             pass
-        except (OSError, ValueError, TypeError, AttributeError, IndexError) as exc:
+        except (OSError, ValueError) as exc:
             log.error("legacy check counts %s are unreadable (%s); ignored", self._legacy_checks_path, exc)
         return attempts
 
@@ -945,7 +876,7 @@ class TransactionService:
             if attempt.answer is None:
                 now = self.clock.now_ms()
                 attempt.answer, attempt.answered_ms = answer, now
-                self._journal(f"A {phys} {now} {answer}\n")
+                self._journal(answer_line(phys, now, answer))
                 self.counters.add("checkAnswers")
                 return
 
@@ -1145,14 +1076,15 @@ class TransactionService:
         return await self._serialised(rec.phys, lambda: self._resume(rec.phys))
 
     async def _resume(self, phys: int) -> tuple[int, str | None]:
-        rec = self.records.get(phys)
-        if rec is None or rec.state is not TxState.DISCARDED:
-            if rec is None:
-                rec = self._record_at(phys)
-            state = rec.state.value if rec is not None else "unknown"
+        rec = self.records.get(phys) or self._record_at(phys)
+        if rec is None:
             return ResponseCode.TRANSACTION_FAILED, (
-                f"[TXMQ] transaction {_name(rec) if rec else phys} is {state}; only a DISCARDED transaction can be "
-                "resumed"
+                f"[TXMQ] transaction {phys} is unknown; only a DISCARDED transaction can be resumed"
+            )
+        verdict = rule(rec.state, Input.RESUME, BY_OPERATOR)
+        if verdict.verdict is not Verdict.APPLY:
+            return verdict.code, (
+                f"[TXMQ] transaction {_name(rec)} is {rec.state.value}; only a DISCARDED transaction can be resumed"
             )
         store = self.broker.store
         assert store is not None
@@ -1368,28 +1300,35 @@ class TransactionService:
         earlier = self.decided.get(phys)
         if earlier is None and phys <= self.decided.evicted_max and phys not in self._pending and not fresh:
             earlier = self._decision_on_disk(phys, half)
-        if earlier is not None and earlier != DISCARD and by == BY_OPERATOR:
-            self.counters.add("refusedDecisions")
-            rec = self.records.get(phys) or self._record_at(phys)
-            when = f" by {rec.resolved_by}" if rec is not None and rec.resolved_by else ""
-            return ResponseCode.TRANSACTION_FAILED, (
-                f"[TXMQ] transaction {msg_id} was already decided as {earlier}{when}; {decision} refused"
-            )
-        if earlier == decision:
+        if earlier is None:
+            state = TxState.PREPARED
+        elif earlier == UNKNOWN:
+            # A marker written by RocketMQ ended it without saying how: refused as a conflicting decision would be.
+            state = STATE_OF_DECISION[ROLLBACK if decision == COMMIT else COMMIT]
+        else:
+            state = STATE_OF_DECISION[earlier]
+        verdict = rule(state, _INPUT_OF_DECISION[decision], by)
+        if verdict.verdict is Verdict.REPEAT:
             log.info("END_TRANSACTION %s: repeated %s ignored (already applied)", msg_id, decision)
             done = "committed" if decision == COMMIT else "rolled back"
             return ResponseCode.SUCCESS, f"[TXMQ] transaction {msg_id} already {done}; nothing done"
-        if earlier is not None and earlier != DISCARD:
+        if verdict.verdict is Verdict.REFUSE:
             self.counters.add("refusedDecisions")
-            log.warning(
-                "END_TRANSACTION %s from %s: %s refused, the transaction was already decided as %s",
-                msg_id,
-                peer,
-                decision,
-                earlier,
-            )
-            return ResponseCode.SYSTEM_ERROR, (
-                f"[TXMQ] transaction {msg_id} was already decided as {earlier}; {decision} refused"
+            when = ""
+            if verdict.code == ResponseCode.TRANSACTION_FAILED:  # an operator: say who ended it
+                rec = self.records.get(phys) or self._record_at(phys)
+                when = f" by {rec.resolved_by}" if rec is not None and rec.resolved_by else ""
+            else:
+                log.warning(
+                    "END_TRANSACTION %s from %s: %s refused, the transaction was already decided as %s",
+                    msg_id,
+                    peer,
+                    decision,
+                    earlier,
+                )
+            return (
+                verdict.code,
+                f"[TXMQ] transaction {msg_id} was already decided as {earlier}{when}; {decision} refused",
             )
         rec = self.records.get(phys)
         if rec is None:
@@ -1784,7 +1723,7 @@ class TransactionService:
         entry.checks += 1
         entry.last_check_ms = now
         entry.check_log.append(CheckAttempt(now))
-        self._journal(f"C {entry.phys} {now}\n")
+        self._journal(check_line(entry.phys, now))
         self.counters.add("checksSent")
         log.debug("checked transaction %s (%d) with %s", entry.uniq_key, entry.checks, channel.client_id)
         return True

@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from txmq.spark.errors import TxmqSparkError
+from txmq.txn.journal import JOURNAL_NAME, LEGACY_CHECKS_NAME, parse_journal, parse_legacy_checks
 
 RESOLUTIONS = ("COMMIT", "ROLLBACK", "DISCARDED", "PENDING")
 AUDIT_COLUMNS = (
@@ -52,29 +53,22 @@ def check_counts(spark: SparkSession, store: str) -> DataFrame:
     """Checks sent per half message, as (half_phys, checks): ``C`` lines of ``config/transactionJournal.log`` (an
     unterminated last line is a torn append and is ignored), else the older ``transactionChecks.json``."""
     config = os.path.join(store, "config")
-    journal = os.path.join(config, "transactionJournal.log")
-    counts: dict[int, int] = {}
+    journal = os.path.join(config, JOURNAL_NAME)
     try:
         with open(journal, "rb") as f:
-            data = f.read()
-        lines = data.split(b"\n")
-        for line in lines[:-1]:  # the part after the last newline is empty or torn
-            parts = line.split(b" ")
-            if len(parts) >= 3 and parts[0] == b"C" and parts[1].isdigit():
-                h = int(parts[1])
-                counts[h] = counts.get(h, 0) + 1
+            attempts = parse_journal(f.read()).attempts
     except FileNotFoundError:
-        legacy = os.path.join(config, "transactionChecks.json")
+        legacy = os.path.join(config, LEGACY_CHECKS_NAME)
         try:
             with open(legacy, "rb") as f:
-                raw = json.load(f)
-            counts = {int(k): int(v[0]) for k, v in (raw.get("checks") or {}).items()}
+                attempts = parse_legacy_checks(f.read())
         except FileNotFoundError:
-            pass
-        except (OSError, ValueError, TypeError, AttributeError, IndexError) as exc:
+            attempts = {}
+        except (OSError, ValueError) as exc:
             raise TxmqSparkError(f"transaction check counts {legacy} are unreadable: {exc}") from None
     except OSError as exc:
         raise TxmqSparkError(f"transaction journal {journal} is unreadable: {exc}") from None
+    counts = {phys: len(checks) for phys, checks in attempts.items()}
     return spark.createDataFrame(list(counts.items()), "half_phys bigint, journal_checks int")
 
 
