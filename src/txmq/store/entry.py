@@ -18,7 +18,8 @@ from txmq.protocol.record import (
     property_value,
     tags_code,
 )
-from txmq.protocol.record.layout import STORE_TIMESTAMP_POS_BY_BORN_V6
+from txmq.protocol.record.codec import TAGS_CODE_CACHE
+from txmq.protocol.record.layout import BORN_V6, STORE_TIMESTAMP_POS_BY_BORN_V6
 from txmq.protocol.topics import SCHEDULE_TOPIC
 from txmq.store.dispatch import DispatchRequest
 
@@ -37,7 +38,8 @@ __all__ = [
 ]
 
 _CACHE_LIMIT = 4096
-_TS_POS = STORE_TIMESTAMP_POS_BY_BORN_V6
+_TS_POS_V4, _TS_POS_V6 = STORE_TIMESTAMP_POS_BY_BORN_V6
+_TAGS_GET = TAGS_CODE_CACHE.get
 
 # One encoded record waiting for the writer, as a plain tuple because it is built once per message on the event
 # loop (a slots class costs about 1 us more). ``buf`` is stamped in place with the offsets and the store time.
@@ -71,7 +73,7 @@ def make_entry(
         keys,
         uniq_key,
         delay_ms,
-        _TS_POS[(sys_flag >> 4) & 1],
+        _TS_POS_V6 if sys_flag & BORN_V6 else _TS_POS_V4,
         store_host,
     )
 
@@ -102,7 +104,7 @@ def encode_entry(record: MessageRecord, max_body: int, delay_levels_ms: list[int
     if properties:
         get = properties.get
         tags = get("TAGS")
-        code = tags_code(tags) if tags else 0
+        code = (_TAGS_GET(tags) or tags_code(tags)) if tags else 0
         keys = get("KEYS")
         uniq = get("UNIQ_KEY")
         delay = schedule_delay_ms(topic_text, properties, delay_levels_ms) if topic_text == SCHEDULE_TOPIC else 0
@@ -121,7 +123,7 @@ def encode_entry(record: MessageRecord, max_body: int, delay_levels_ms: list[int
         keys,
         uniq,
         delay,
-        _TS_POS[(sys_flag >> 4) & 1],
+        _TS_POS_V6 if sys_flag & BORN_V6 else _TS_POS_V4,
         record.store_host,
     )
 

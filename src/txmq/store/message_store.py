@@ -712,6 +712,7 @@ class MessageStore:
         touched: dict[tuple[str, int], int] = {}
         next_offsets = self._next_offsets
         pack_qo_po = QO_PO.pack_into
+        qo_pos = QUEUE_OFFSET_POS
         pack_i64 = I64.pack_into
         dispatch = DispatchRequest
         result = PutResult
@@ -741,7 +742,7 @@ class MessageStore:
                     next_offsets[key] = touched[key] = qo + 1
                 else:
                     qo = 0
-                pack_qo_po(buf, QUEUE_OFFSET_POS, qo, wpos)
+                pack_qo_po(buf, qo_pos, qo, wpos)
                 pack_i64(buf, ts_pos, now)
                 dispatches.append(
                     dispatch(topic, queue_id, qo, wpos, size, now + delay if delay else code, now, sys_flag, keys, uniq)

@@ -91,6 +91,7 @@ def java_string_hash(text: str) -> int:
 
 
 _TAGS: dict[str, int] = {}
+TAGS_CODE_CACHE = _TAGS  # hot paths try ``TAGS_CODE_CACHE.get(tags) or tags_code(tags)``: one call fewer
 _HOSTS: dict[tuple[str, int], bytes] = {}
 _CACHE_LIMIT = 4096
 
