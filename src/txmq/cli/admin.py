@@ -12,6 +12,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from txmq.errors import TxmqError
+from txmq.protocol.topics import (
+    AUTO_CREATE_TOPIC_KEY,
+    BENCHMARK_TOPIC,
+    DLQ_GROUP_TOPIC_PREFIX,
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SYSTEM_TOPIC_PREFIX,
+)
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 
@@ -113,15 +121,15 @@ async def topic_list(args: argparse.Namespace) -> int:
     return await _with_admin(args, run)
 
 
+_SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY, BENCHMARK_TOPIC}) | NOT_ALLOWED_SEND_TOPICS
+
+
 def _is_system(topic: str) -> bool:
-    return topic.startswith(("%RETRY%", "%DLQ%", "RMQ_SYS_", "rmq_sys_")) or topic in {
-        "TBW102",
-        "SELF_TEST_TOPIC",
-        "BenchmarkTest",
-        "OFFSET_MOVED_EVENT",
-        "SCHEDULE_TOPIC_XXXX",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-    }
+    return (
+        topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+        or topic.lower().startswith(SYSTEM_TOPIC_PREFIX)
+        or topic in _SYSTEM_TOPICS
+    )
 
 
 async def topic_stats(args: argparse.Namespace) -> int:

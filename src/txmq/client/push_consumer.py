@@ -42,6 +42,7 @@ from txmq.protocol.codes import RequestCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import PullMessageRequestHeader
 from txmq.protocol.record import Prop
+from txmq.protocol.topics import RETRY_GROUP_TOPIC_PREFIX
 
 log = logging.getLogger("txmq.client")
 
@@ -217,7 +218,7 @@ class PushConsumer(ClientLifecycle):
                 await instance.update_route(topic)
             except NoRouteError as exc:
                 # The retry topic appears after the broker sees our first heartbeat; rebalancing will fetch it.
-                (log.debug if topic.startswith("%RETRY%") else log.warning)("%s", exc)
+                (log.debug if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else log.warning)("%s", exc)
             except (RemotingError, MQClientError) as exc:
                 log.warning("fetching the route of %s failed: %s", topic, exc)
         await instance.send_heartbeat_to_all()
@@ -316,7 +317,7 @@ class PushConsumer(ClientLifecycle):
         try:
             route = instance.route(topic) or await instance.update_route(topic)
         except NoRouteError as exc:
-            (log.debug if topic.startswith("%RETRY%") else log.warning)("%s", exc)
+            (log.debug if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else log.warning)("%s", exc)
             return
         all_queues = route.subscribe_queues()
         if self.clustering:
@@ -403,7 +404,7 @@ class PushConsumer(ClientLifecycle):
         last = await self._offset_store.read(mq, from_store=True)
         if last >= 0:
             return last
-        is_retry = mq.topic.startswith("%RETRY%")
+        is_retry = mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         where = self.consume_from_where
         if where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET or (
             is_retry and where is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
