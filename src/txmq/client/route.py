@@ -8,43 +8,7 @@ from typing import Any
 
 from txmq.client import fastjson
 from txmq.client.message import MessageQueue
-from txmq.protocol.topics import PERM_INHERIT, PERM_READ, PERM_WRITE  # noqa: F401
-
-MASTER_ID = 0
-
-
-@dataclass(slots=True)
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
-
-    @property
-    def writable(self) -> bool:
-        return bool(self.perm & PERM_WRITE)
-
-    @property
-    def readable(self) -> bool:
-        return bool(self.perm & PERM_READ)
-
-
-@dataclass(slots=True)
-class BrokerData:
-    cluster: str
-    broker_name: str
-    broker_addrs: dict[int, str]
-
-    def master_addr(self) -> str | None:
-        return self.broker_addrs.get(MASTER_ID)
-
-    def any_addr(self) -> str | None:
-        """The master if there is one, else some slave (consumers may read from slaves)."""
-        master = self.master_addr()
-        if master is not None:
-            return master
-        return self.broker_addrs[min(self.broker_addrs)] if self.broker_addrs else None
+from txmq.protocol.route import MASTER_ID, BrokerData, QueueData  # noqa: F401
 
 
 @dataclass(slots=True)
@@ -62,51 +26,16 @@ class TopicRoute:
         data = fastjson.loads(body) if body else {}
         if not isinstance(data, dict):
             raise ValueError(f"route body of {topic} is not a JSON object")
-        queues = []
-        for q in data.get("queueDatas") or []:
-            queues.append(
-                QueueData(
-                    broker_name=str(q["brokerName"]),
-                    read_queue_nums=int(q.get("readQueueNums", 0)),
-                    write_queue_nums=int(q.get("writeQueueNums", 0)),
-                    perm=int(q.get("perm", 6)),
-                    # Pre-4.9.0 name servers spell it topicSynFlag.
-                    topic_sys_flag=int(q.get("topicSysFlag", q.get("topicSynFlag", 0)) or 0),
-                )
-            )
-        brokers = []
-        for b in data.get("brokerDatas") or []:
-            addrs: dict[int, str] = {}
-            for k, v in (b.get("brokerAddrs") or {}).items():
-                try:
-                    addrs[int(k)] = str(v)
-                except (TypeError, ValueError):
-                    continue
-            brokers.append(BrokerData(str(b.get("cluster", "")), str(b["brokerName"]), addrs))
+        queues = [QueueData.from_json(q) for q in data.get("queueDatas") or []]
+        brokers = [BrokerData.from_json(b) for b in data.get("brokerDatas") or []]
         order = data.get("orderTopicConf")
         return cls(topic, queues, brokers, str(order) if order else None)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "orderTopicConf": self.order_topic_conf,
-            "queueDatas": [
-                {
-                    "brokerName": q.broker_name,
-                    "readQueueNums": q.read_queue_nums,
-                    "writeQueueNums": q.write_queue_nums,
-                    "perm": q.perm,
-                    "topicSysFlag": q.topic_sys_flag,
-                }
-                for q in self.queue_datas
-            ],
-            "brokerDatas": [
-                {
-                    "cluster": b.cluster,
-                    "brokerName": b.broker_name,
-                    "brokerAddrs": {str(k): v for k, v in b.broker_addrs.items()},
-                }
-                for b in self.broker_datas
-            ],
+            "queueDatas": [q.to_json() for q in self.queue_datas],
+            "brokerDatas": [b.to_json() for b in self.broker_datas],
         }
 
     def broker(self, broker_name: str) -> BrokerData | None:
