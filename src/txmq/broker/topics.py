@@ -32,6 +32,8 @@ from txmq.protocol.topics import (  # noqa: F401
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     dlq_topic,
+    is_readable,
+    is_writable,
     retry_topic,
 )
 from txmq.protocol.topics import TOPIC_NAME_RE as _TOPIC_RE
@@ -67,11 +69,11 @@ class TopicConfig:
 
     @property
     def writable(self) -> bool:
-        return bool(self.perm & PERM_WRITE)
+        return is_writable(self.perm)
 
     @property
     def readable(self) -> bool:
-        return bool(self.perm & PERM_READ)
+        return is_readable(self.perm)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from txmq.protocol.topics import PERM_READ, PERM_WRITE
+from txmq.protocol.topics import is_readable, is_writable
 
 MASTER_ID = 0  # brokerId of a master; slaves have ids > 0
 
@@ -21,11 +21,11 @@ class QueueData:
 
     @property
     def writable(self) -> bool:
-        return bool(self.perm & PERM_WRITE)
+        return is_writable(self.perm)
 
     @property
     def readable(self) -> bool:
-        return bool(self.perm & PERM_READ)
+        return is_readable(self.perm)
 
     def to_json(self) -> dict[str, Any]:
         return {
