@@ -20,6 +20,7 @@ from txmq.broker.locks import QueueLockManager
 from txmq.broker.longpoll import PullHoldService
 from txmq.broker.offsets import ConsumerOffsetManager
 from txmq.broker.pull import PullProcessor
+from txmq.broker.refusal import answering_refusals
 from txmq.broker.schedule import ScheduleService
 from txmq.broker.send import SendProcessor
 from txmq.broker.subscriptions import SubscriptionGroupManager
@@ -99,21 +100,23 @@ class Broker:
         self.started_at_ms = 0
 
     def _register_codes(self) -> None:
-        d = self.dispatcher
+        def register(code: int, handler: Any) -> None:
+            self.dispatcher.register(code, answering_refusals(handler))
+
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            d.register(code, self.send_processor.handle)
-        d.register(RequestCode.PULL_MESSAGE, self.pull_processor.handle)
-        d.register(RequestCode.LITE_PULL_MESSAGE, self.pull_processor.handle)
+            register(code, self.send_processor.handle)
+        register(RequestCode.PULL_MESSAGE, self.pull_processor.handle)
+        register(RequestCode.LITE_PULL_MESSAGE, self.pull_processor.handle)
         for code, handler in self.admin.handlers().items():
-            d.register(code, handler)
-        d.register(RequestCode.END_TRANSACTION, self.transactions.end_transaction)
+            register(code, handler)
+        register(RequestCode.END_TRANSACTION, self.transactions.end_transaction)
         for code, handler in TransactionAdminProcessor(self).handlers().items():
-            d.register(code, handler)
-        d.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.schedule.send_back)
+            register(code, handler)
+        register(RequestCode.CONSUMER_SEND_MSG_BACK, self.schedule.send_back)
         for code, handler in self.consumer_admin.handlers().items():
-            d.register(code, handler)
+            register(code, handler)
         for code, handler in self.tools_admin.handlers().items():
-            d.register(code, handler)
+            register(code, handler)
 
     # -- lifecycle
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from txmq.broker.refusal import BrokerRefusal
 from txmq.broker.topics import (
     PERM_READ,
     PERM_WRITE,
@@ -173,12 +174,10 @@ class ScheduleService:
     # -- redirect -----------------------------------------------------------------------------------------------
 
     def parse_level(self, text: str) -> int:
-        from txmq.broker.send import SendError
-
         try:
             level = int(str(text).strip())
         except ValueError:
-            raise SendError(
+            raise BrokerRefusal(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the DELAY property must be a delay level 1..{len(self.levels_ms)}, got {text!r}",
             ) from None

@@ -9,6 +9,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from txmq.broker.refusal import BrokerRefusal
 from txmq.broker.schedule import PROP_DLQ_REASON, reconsume_limit
 from txmq.broker.topics import (
     NOT_ALLOWED_SEND_TOPICS,
@@ -40,55 +41,36 @@ if TYPE_CHECKING:
 log = logging.getLogger("txmq.broker")
 
 
-class SendError(Exception):
-    """A send refused with a RocketMQ response code."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
-
-
 class SendProcessor:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self._random = random.Random()
 
     def handle(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """Answer at once on errors; otherwise return a future of the response, without a task per message."""
+        """Refuse at once (:class:`BrokerRefusal`); otherwise return a future of the response, without a task per
+        message."""
         try:
             header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
         except ProtocolError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
         if header.batch:
-            return self._send_batch_answering(conn, cmd, header)
-        try:
-            return self._send_one(conn, cmd, header)
-        except SendError as exc:
-            return cmd.response(exc.code, exc.remark)
-
-    async def _send_batch_answering(
-        self, conn: Any, cmd: RemotingCommand, header: SendMessageRequestHeader
-    ) -> RemotingCommand:
-        try:
-            return await self._send_batch(conn, cmd, header)
-        except SendError as exc:
-            return cmd.response(exc.code, exc.remark)
+            return self._send_batch(conn, cmd, header)
+        return self._send_one(conn, cmd, header)
 
     # -- checks shared by single and batch sends ---------------------------------------------------------------------
 
     def _check_topic(self, header: SendMessageRequestHeader) -> TopicConfig:
         broker = self.broker
         if not broker.config.broker_permission & PERM_WRITE:
-            raise SendError(
+            raise BrokerRefusal(
                 ResponseCode.NO_PERMISSION, f"the broker[{broker.config.broker_name}] sending message is forbidden"
             )
         topic = header.topic
         problem = validate_topic(topic)
         if problem is not None:
-            raise SendError(ResponseCode.SYSTEM_ERROR, problem)
+            raise BrokerRefusal(ResponseCode.SYSTEM_ERROR, problem)
         if topic in NOT_ALLOWED_SEND_TOPICS:
-            raise SendError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+            raise BrokerRefusal(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
         cfg = broker.topics.get(topic)
         if cfg is None:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -96,16 +78,16 @@ class SendProcessor:
             elif broker.config.auto_create_topic_enable:
                 cfg = broker.topics.create_from_template(topic, header.defaultTopic, header.defaultTopicQueueNums)
             if cfg is None:
-                raise SendError(
+                raise BrokerRefusal(
                     ResponseCode.TOPIC_NOT_EXIST,
                     f"topic[{topic}] not exist, apply first please! (autoCreateTopicEnable="
                     f"{str(broker.config.auto_create_topic_enable).lower()})",
                 )
             broker.topic_changed()
         if not cfg.writable:
-            raise SendError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+            raise BrokerRefusal(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         if header.queueId >= cfg.queue_count:
-            raise SendError(
+            raise BrokerRefusal(
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{header.queueId}] is illegal, topic: {topic} queue count: {cfg.queue_count}",
             )
@@ -136,7 +118,7 @@ class SendProcessor:
         group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
         sub = self.broker.subscriptions.get(group)
         if sub is None:
-            raise SendError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+            raise BrokerRefusal(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
         max_times = reconsume_limit(version, header.maxReconsumeTimes, sub)
         if (header.reconsumeTimes or 0) >= max_times:
             dlq = dlq_topic(group)
@@ -157,7 +139,7 @@ class SendProcessor:
         response_queue_id = queue_id
         topic, queue_id = self._retry_redirect(header, header.topic, queue_id, cmd.version)
         if len(cmd.body) > broker.config.max_message_size:
-            raise SendError(
+            raise BrokerRefusal(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message body size {len(cmd.body)} is over the limit {broker.config.max_message_size}",
             )
@@ -237,9 +219,11 @@ class SendProcessor:
         try:
             out = inflater.decompress(body, limit)
         except zlib.error as exc:
-            raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the compressed batch body does not inflate: {exc}") from exc
+            raise BrokerRefusal(
+                ResponseCode.MESSAGE_ILLEGAL, f"the compressed batch body does not inflate: {exc}"
+            ) from exc
         if inflater.unconsumed_tail:
-            raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the batch inflates to more than {limit} bytes")
+            raise BrokerRefusal(ResponseCode.MESSAGE_ILLEGAL, f"the batch inflates to more than {limit} bytes")
         return out
 
     # -- batch -------------------------------------------------------------------------------------------------------
@@ -248,9 +232,9 @@ class SendProcessor:
         broker = self.broker
         cfg = self._check_topic(header)
         if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be sent to a retry topic")
+            raise BrokerRefusal(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be sent to a retry topic")
         if header.sysFlag & 0xC:
-            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
+            raise BrokerRefusal(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
         body = cmd.body
         sys_flag = self._sys_flag(header, cfg)
         if sys_flag & SysFlag.COMPRESSED:
@@ -260,9 +244,9 @@ class SendProcessor:
         try:
             entries = decode_batch(body)
         except ProtocolError as exc:
-            raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}") from exc
+            raise BrokerRefusal(ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}") from exc
         if not entries:
-            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+            raise BrokerRefusal(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
         queue_id = self._pick_queue(header, cfg)
         batch_props = decode_properties(header.properties or "")
         batch_props.pop(Prop.WAIT, None)
@@ -271,10 +255,10 @@ class SendProcessor:
         records = []
         for entry in entries:
             if len(entry.body) > broker.config.max_message_size:
-                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "a message in the batch is over the size limit")
+                raise BrokerRefusal(ResponseCode.MESSAGE_ILLEGAL, "a message in the batch is over the size limit")
             props = decode_properties(entry.properties)
             if props.get(Prop.DELAY, "0") not in ("", "0"):
-                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot carry a delay level")
+                raise BrokerRefusal(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot carry a delay level")
             props.pop(Prop.WAIT, None)
             props.update(batch_props)
             records.append(

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from txmq.broker.send import SendError
+from txmq.broker.refusal import BrokerRefusal
 from txmq.broker.topics import (
     PERM_READ,
     PERM_WRITE,
@@ -119,6 +119,8 @@ from txmq.txn.journal import (
 )
 from txmq.txn.machine import TX_TRANSITIONS, Verdict, next_state, rule
 from txmq.txn.model import DECISION_OF_STATE, RESOLVED, STATE_OF_DECISION, By, Decision, Input, TxState
+from txmq.txn.rebuild import RESUME as REPLAY_RESUME
+from txmq.txn.rebuild import Folded, OpEvent, fold
 from txmq.util import atomic_write_bytes
 
 if TYPE_CHECKING:
@@ -622,17 +624,15 @@ class TransactionService:
             for phys, size, _code in entries:
                 half_entries[offset] = (phys, size)
                 offset += 1
-        removed: dict[int, str] = {}  # half queue offset -> decision
-        decided: dict[int, str] = {}
-        outcomes: dict[int, _Outcome] = {}  # half phys -> marker in force, in op order
-        discards: dict[int, _Outcome] = {}  # half phys -> its last DISCARD marker
-        resumes: dict[int, list[int]] = {}
+        # Each half message's op records, folded in log order (txmq.txn.rebuild, as the Spark audit does).
+        folds: dict[int, tuple[int | None, Folded]] = {}  # half queue offset -> (half phys, its fold)
         offset = store.min_offset(TRANS_OP_HALF_TOPIC, 0)
         while True:
             entries = store.read_consume_queue(TRANS_OP_HALF_TOPIC, 0, offset, _SCAN_CHUNK)
             if not entries:
                 break
             for phys, size, _code in entries:
+                seq = offset
                 offset += 1
                 try:
                     op = store.read_message(phys, size)
@@ -646,29 +646,37 @@ class TransactionService:
                 except ValueError:
                     log.error("transaction op record at %d has a malformed body %r", phys, op.body[:40])
                     continue
+                resume = op.tags == RESUME_TAG
                 for m in marked:
                     half_offset, half_phys = m.half_queue_offset, m.half_phys
-                    if half_phys is None and half_offset in half_entries:
-                        half_phys = half_entries[half_offset][0]
-                    if op.tags == RESUME_TAG:
-                        if removed.get(half_offset) == DISCARD:
-                            del removed[half_offset]
-                            if half_phys is not None:
-                                decided.pop(half_phys, None)
-                                outcomes.pop(half_phys, None)
-                                resumes.setdefault(half_phys, []).append(op.born_timestamp)
-                        continue
-                    decision = m.decision
-                    previous = removed.get(half_offset)
-                    if previous is None or previous == DISCARD:
-                        removed[half_offset] = decision
-                        if half_phys is not None:
-                            decided[half_phys] = decision
-                            outcome = _Outcome(decision, op.born_timestamp, m.by, m.copy_msg_id)
-                            outcomes.pop(half_phys, None)
-                            outcomes[half_phys] = outcome
-                            if decision == DISCARD:
-                                discards[half_phys] = outcome
+                    known = folds.get(half_offset)
+                    if known is None or known[0] is None:
+                        if half_phys is None and half_offset in half_entries:
+                            half_phys = half_entries[half_offset][0]
+                        known = folds[half_offset] = (half_phys, known[1] if known else Folded())
+                    action = REPLAY_RESUME if resume else m.decision
+                    fold(known[1], OpEvent(seq, action, op.born_timestamp, m.by, m.copy_msg_id))
+        decided: dict[int, str] = {}
+        outcomes: dict[int, _Outcome] = {}  # half phys -> the decision in force, in op order
+        discards: dict[int, _Outcome] = {}  # half phys -> its last DISCARD
+        resumes: dict[int, list[int]] = {}
+        removed: set[int] = set()  # half queue offsets no longer pending
+        in_force: list[tuple[int, int, OpEvent]] = []
+        for half_offset, (half_phys, folded) in folds.items():
+            if folded.decision is not None:
+                removed.add(half_offset)
+            if half_phys is None:
+                continue
+            if folded.decision is not None:
+                in_force.append((folded.decision.seq, half_phys, folded.decision))
+            if folded.discard is not None:
+                d = folded.discard
+                discards[half_phys] = _Outcome(d.action, d.at, d.by, d.copy_msg_id)
+            if folded.resumes:
+                resumes[half_phys] = folded.resumes
+        for _seq, half_phys, e in sorted(in_force):
+            decided[half_phys] = e.action
+            outcomes[half_phys] = _Outcome(e.action, e.at, e.by, e.copy_msg_id)
         sizes = {phys: size for phys, size in half_entries.values()}
         records: list[TransactionRecord] = []
         for half_offset, (phys, size) in half_entries.items():
@@ -1537,7 +1545,7 @@ class TransactionService:
         if delay and delay != "0":
             try:
                 record = self.broker.schedule.redirect(record, delay)
-            except SendError as exc:
+            except BrokerRefusal as exc:
                 return exc.code, exc.remark
         return record
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from txmq.broker.refusal import BrokerRefusal
 from txmq.broker.transactions import COMMIT, ROLLBACK, TransactionRecord, TransactionService, TxState
 from txmq.protocol.codes import ResponseCode, TxmqRequestCode
 from txmq.protocol.frame import RemotingCommand
@@ -25,8 +26,9 @@ log = logging.getLogger("txmq.broker.transactions")
 MAX_LIST_LIMIT = 10_000
 
 
-class BadRequest(Exception):
-    """A malformed admin request; the message is the remark."""
+def _bad_request(remark: str) -> BrokerRefusal:
+    """A malformed admin request."""
+    return BrokerRefusal(ResponseCode.SYSTEM_ERROR, remark)
 
 
 def _body(cmd: RemotingCommand) -> dict[str, Any]:
@@ -35,9 +37,9 @@ def _body(cmd: RemotingCommand) -> dict[str, Any]:
     try:
         data = orjson.loads(cmd.body)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"[TXMQ] the request body is not JSON: {exc}") from exc
+        raise _bad_request(f"[TXMQ] the request body is not JSON: {exc}") from exc
     if not isinstance(data, dict):
-        raise BadRequest("[TXMQ] the request body must be a JSON object")
+        raise _bad_request("[TXMQ] the request body must be a JSON object")
     return data
 
 
@@ -46,7 +48,7 @@ def _opt_str(data: dict[str, Any], key: str) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise BadRequest(f"[TXMQ] {key} must be a string, got {value!r}")
+        raise _bad_request(f"[TXMQ] {key} must be a string, got {value!r}")
     return value
 
 
@@ -55,20 +57,20 @@ def _opt_int(data: dict[str, Any], key: str, default: int | None, *, low: int = 
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise BadRequest(f"[TXMQ] {key} must be an integer, got {value!r}")
+        raise _bad_request(f"[TXMQ] {key} must be an integer, got {value!r}")
     try:
         number = int(value)
     except ValueError:
-        raise BadRequest(f"[TXMQ] {key} must be an integer, got {value!r}") from None
+        raise _bad_request(f"[TXMQ] {key} must be an integer, got {value!r}") from None
     if not low <= number <= high:
-        raise BadRequest(f"[TXMQ] {key} must be between {low} and {high}, got {number}")
+        raise _bad_request(f"[TXMQ] {key} must be between {low} and {high}, got {number}")
     return number
 
 
 def _ident(data: dict[str, Any]) -> str:
     ident = _opt_str(data, "id")
     if ident is None:
-        raise BadRequest('[TXMQ] give "id": a transaction id, UNIQ_KEY or msgId')
+        raise _bad_request('[TXMQ] give "id": a transaction id, UNIQ_KEY or msgId')
     return ident.strip()
 
 
@@ -91,11 +93,11 @@ class TransactionAdminProcessor:
         async def run(_conn: Any, cmd: RemotingCommand) -> RemotingCommand:
             service = self.broker.transactions
             if not isinstance(service, TransactionService):
-                return cmd.response(ResponseCode.SYSTEM_ERROR, "[TXMQ] transactions are not enabled on this broker")
+                raise BrokerRefusal(ResponseCode.SYSTEM_ERROR, "[TXMQ] transactions are not enabled on this broker")
             try:
                 code, remark, answer = await handler(service, _body(cmd))
-            except BadRequest as exc:
-                return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
+            except BrokerRefusal:
+                raise
             except Exception as exc:  # never let one request take the handler down
                 log.exception("transaction admin request %d failed", cmd.code)
                 return cmd.response(ResponseCode.SYSTEM_ERROR, f"[TXMQ] {type(exc).__name__}: {exc}")
@@ -109,12 +111,11 @@ class TransactionAdminProcessor:
     def _transaction(self, service: TransactionService, rec: TransactionRecord) -> dict[str, Any]:
         return {"transaction": rec.to_json(service.clock.now_ms())}
 
-    def _not_found(self, ident: str) -> tuple[int, str, None]:
-        return (
+    def _not_found(self, ident: str) -> BrokerRefusal:
+        return BrokerRefusal(
             ResponseCode.QUERY_NOT_FOUND,
             f"[TXMQ] no transaction {ident} on broker {self.broker.config.broker_name} "
             "(looked up as transaction id, UNIQ_KEY, and msgId of the half, delivered or discarded message)",
-            None,
         )
 
     async def list_transactions(self, service: TransactionService, data: dict[str, Any]) -> Any:
@@ -122,11 +123,11 @@ class TransactionAdminProcessor:
         states = frozenset({TxState.PREPARED, TxState.DISCARDED})
         if states_raw is not None:
             if not isinstance(states_raw, list) or not states_raw:
-                raise BadRequest('[TXMQ] states must be a non-empty list such as ["PREPARED", "DISCARDED"]')
+                raise _bad_request('[TXMQ] states must be a non-empty list such as ["PREPARED", "DISCARDED"]')
             try:
                 states = frozenset(TxState(str(s).upper()) for s in states_raw)
             except ValueError:
-                raise BadRequest(
+                raise _bad_request(
                     f"[TXMQ] unknown state in {states_raw!r}; states are {', '.join(s.value for s in TxState)}"
                 ) from None
         total, found = service.list_in_doubt(
@@ -143,17 +144,17 @@ class TransactionAdminProcessor:
         ident = _ident(data)
         rec = service.find(ident)
         if rec is None:
-            return self._not_found(ident)
+            raise self._not_found(ident)
         return ResponseCode.SUCCESS, None, self._transaction(service, rec)
 
     async def resolve(self, service: TransactionService, data: dict[str, Any]) -> Any:
         ident = _ident(data)
         decision = str(data.get("decision") or "").upper()
         if decision not in (COMMIT, ROLLBACK):
-            raise BadRequest(f'[TXMQ] "decision" must be COMMIT or ROLLBACK, got {data.get("decision")!r}')
+            raise _bad_request(f'[TXMQ] "decision" must be COMMIT or ROLLBACK, got {data.get("decision")!r}')
         rec = service.find(ident)
         if rec is None:
-            return self._not_found(ident)
+            raise self._not_found(ident)
         code, remark = await service.operator_resolve(rec, decision)
         rec = service.find(ident) or rec
         return code, remark, self._transaction(service, rec)
@@ -162,7 +163,7 @@ class TransactionAdminProcessor:
         ident = _ident(data)
         rec = service.find(ident)
         if rec is None:
-            return self._not_found(ident)
+            raise self._not_found(ident)
         code, remark = await service.resume(rec)
         return code, remark, self._transaction(service, rec)
 

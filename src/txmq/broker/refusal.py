@@ -1,0 +1,64 @@
+"""One way to refuse a request: raise :class:`BrokerRefusal`; :func:`answering_refusals` (the wrapper every handler
+is registered through) turns it into the response. Also the send response code of a store put result."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from txmq.protocol.codes import ResponseCode
+from txmq.protocol.frame import RemotingCommand
+from txmq.store.message_store import PutStatus
+
+Handler = Callable[[Any, RemotingCommand], Any]
+
+
+class BrokerRefusal(Exception):
+    """A request refused with a RocketMQ response code and a remark a person can act on."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+    def response(self, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(self.code, self.remark)
+
+
+def answering_refusals(handler: Handler) -> Handler:
+    """``handler`` with a :class:`BrokerRefusal` answered as its response, whether raised at once or by the
+    coroutine it returns. A returned future (the send path's callback chain, no task per message) passes through
+    untouched: a handler refuses before it returns one."""
+
+    def call(conn: Any, cmd: RemotingCommand) -> Any:
+        try:
+            result = handler(conn, cmd)
+        except BrokerRefusal as refusal:
+            return refusal.response(cmd)
+        if result is None or isinstance(result, RemotingCommand | asyncio.Future):
+            return result
+        return _awaiting(cmd, result)
+
+    return call
+
+
+async def _awaiting(cmd: RemotingCommand, awaitable: Awaitable[Any]) -> Any:
+    try:
+        return await awaitable
+    except BrokerRefusal as refusal:
+        return refusal.response(cmd)
+
+
+def put_status_code(result: Any) -> int:
+    """The response code of a store put result."""
+    status = result.status
+    if status is PutStatus.PUT_OK:
+        return ResponseCode.SUCCESS
+    if status is PutStatus.FLUSH_DISK_TIMEOUT:
+        return ResponseCode.FLUSH_DISK_TIMEOUT
+    if status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
+        return ResponseCode.MESSAGE_ILLEGAL
+    if status is PutStatus.SERVICE_NOT_AVAILABLE:
+        return ResponseCode.SERVICE_NOT_AVAILABLE
+    return ResponseCode.SYSTEM_ERROR
