@@ -20,12 +20,15 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from txmq.spark.errors import TxmqSparkError
 from txmq.txn.journal import JOURNAL_NAME, LEGACY_CHECKS_NAME, parse_journal, parse_legacy_checks
+from txmq.txn.rebuild import RESUME as REPLAY_RESUME
+from txmq.txn.rebuild import OpEvent, fold_all
 
 RESOLUTIONS = ("COMMIT", "ROLLBACK", "DISCARDED", "PENDING")
 AUDIT_COLUMNS = (
@@ -42,6 +45,29 @@ AUDIT_COLUMNS = (
     "delivered_msg_id",
     "deliveries",
 )
+
+
+_FOLD_SCHEMA = "half_phys bigint, decision string, decision_ms bigint"
+
+
+def _fold_ops(group: Any) -> Any:
+    """One transaction's op records (a pandas frame) folded by :func:`txmq.txn.rebuild.fold_all`: the decision in
+    force (COMMIT, ROLLBACK, UNKNOWN, or DISCARD while discarded) and when it was taken."""
+    import pandas as pd
+
+    events = [
+        OpEvent(int(row.commit_log_offset), REPLAY_RESUME if row.kind == "RESUME" else str(row.decision),
+                int(row.born_timestamp))
+        for row in group.itertuples(index=False)
+    ]  # fmt: skip
+    decided = fold_all(events).decision
+    return pd.DataFrame(
+        {
+            "half_phys": [group["half_phys"].iloc[0]],
+            "decision": [decided.action if decided else None],
+            "decision_ms": [decided.at if decided else None],
+        }
+    )
 
 
 def transaction_events(spark: SparkSession, store: str) -> DataFrame:
@@ -100,12 +126,9 @@ def transaction_audit(spark: SparkSession, store: str, events: DataFrame | None 
             "born_timestamp",
         )
     )
-    is_decision = (col("kind") == "OP") & col("decision").isin("COMMIT", "ROLLBACK", "UNKNOWN")
-    is_discard_or_resume = (col("kind") == "RESUME") | ((col("kind") == "OP") & (col("decision") == "DISCARD"))
-    event = F.struct("commit_log_offset", "kind", "decision", "born_timestamp")
-    decisions = ops.groupBy("half_phys").agg(
-        F.min(F.when(is_decision, event)).alias("first_decision"),  # structs compare field by field: log order
-        F.max(F.when(is_discard_or_resume, event)).alias("last_discard"),
+    # How each transaction ended: its op records replayed in log order through the broker's own fold.
+    decisions = ops.groupBy("half_phys").applyInPandas(
+        _fold_ops, "half_phys bigint, decision string, decision_ms bigint"
     )
     deliveries = (
         ev.filter(col("kind") == "DELIVERY")
@@ -128,23 +151,17 @@ def transaction_audit(spark: SparkSession, store: str, events: DataFrame | None 
         .join(discard_checks, (col("uniq_key") == col("dk")) & (col("producer_group") == col("dg")), "left")
         .withColumn("deliveries", F.coalesce(col("deliveries"), F.lit(0)))
     )
-    decided = col("first_decision").isNotNull()
-    decision = col("first_decision.decision")
-    discarded = col("last_discard").isNotNull() & (col("last_discard.kind") == "OP")
+    decision = col("decision")
     resolution = (
-        F.when(decided & (decision == "COMMIT"), F.lit("COMMIT"))
-        .when(decided & (decision == "ROLLBACK"), F.lit("ROLLBACK"))
-        .when(decided & (col("deliveries") > 0), F.lit("COMMIT"))  # UNKNOWN with a committed copy
-        .when(decided, F.lit("ROLLBACK"))
-        .when(discarded, F.lit("DISCARDED"))
+        F.when(decision == "COMMIT", F.lit("COMMIT"))
+        .when(decision == "ROLLBACK", F.lit("ROLLBACK"))
+        .when((decision == "UNKNOWN") & (col("deliveries") > 0), F.lit("COMMIT"))  # a RocketMQ marker, copy stored
+        .when(decision == "UNKNOWN", F.lit("ROLLBACK"))
+        .when(decision == "DISCARD", F.lit("DISCARDED"))
         .when(col("deliveries") > 0, F.lit("COMMIT"))  # copy stored, marker lost to a crash
         .otherwise(F.lit("PENDING"))
     )
-    resolved_ms = (
-        F.when(decided, col("first_decision.born_timestamp"))
-        .when(discarded, col("last_discard.born_timestamp"))
-        .when(col("deliveries") > 0, col("delivered_ms"))
-    )
+    resolved_ms = F.when(decision.isNotNull(), col("decision_ms")).when(col("deliveries") > 0, col("delivered_ms"))
     checks = F.coalesce(
         col("journal_checks"),
         F.when(col("resolution") == "DISCARDED", col("discard_checks")),
