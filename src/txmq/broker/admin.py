@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -31,7 +32,16 @@ from txmq.protocol.headers import (
 )
 
 if TYPE_CHECKING:
-    from txmq.broker.broker import Broker
+    from txmq.broker.clients import ClientRegistry
+    from txmq.broker.config import BrokerConfig
+    from txmq.broker.filters import ConsumerFilters
+    from txmq.broker.locks import QueueLockManager
+    from txmq.broker.notify import ConsumerIdsNotifier
+    from txmq.broker.offsets import ConsumerOffsetManager
+    from txmq.broker.subscriptions import SubscriptionGroupManager
+    from txmq.broker.topics import TopicConfigManager
+    from txmq.clock import Clock
+    from txmq.store.message_store import MessageStore
 
 log = logging.getLogger("txmq.broker")
 
@@ -50,8 +60,36 @@ HOT_RATIO = 0.40
 class AdminProcessor:
     """Handlers keyed by request code; each takes (connection, command) and returns the response."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        clock: Clock,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        subscriptions: SubscriptionGroupManager,
+        clients: ClientRegistry,
+        offsets: ConsumerOffsetManager,
+        locks: QueueLockManager,
+        filters: ConsumerFilters,
+        notifier: ConsumerIdsNotifier,
+        topic_changed: Callable[[], None],
+        register_now: Callable[[], Awaitable[None]],
+        broker_runtime_info: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.store = store
+        self.topics = topics
+        self.subscriptions = subscriptions
+        self.clients = clients
+        self.offsets = offsets
+        self.locks = locks
+        self.filters = filters
+        self.notifier = notifier
+        self.topic_changed = topic_changed
+        self.register_now = register_now
+        self.broker_runtime_info = broker_runtime_info
         self._hot_bytes = int(_physical_memory() * HOT_RATIO)
 
     def handlers(self) -> dict[int, Any]:
@@ -91,25 +129,24 @@ class AdminProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"heartbeat body is not JSON: {exc}")
         if not isinstance(data, dict):
             return cmd.response(ResponseCode.SYSTEM_ERROR, "heartbeat body must be a JSON object")
-        broker = self.broker
-        result = broker.clients.heartbeat(
-            conn, data, now=broker.clock.monotonic(), language=cmd.language, version=cmd.version
+        result = self.clients.heartbeat(
+            conn, data, now=self.clock.monotonic(), language=cmd.language, version=cmd.version
         )
         created = False
         for cdata in data.get("consumerDataSet") or []:
             group = str(cdata.get("groupName") or "")
-            sub = broker.subscriptions.get(group) if group else None
+            sub = self.subscriptions.get(group) if group else None
             if sub is not None and sub.retry_queue_nums > 0:
-                _, made = broker.topics.ensure(retry_topic(group), sub.retry_queue_nums, PERM_READ | PERM_WRITE)
+                _, made = self.topics.ensure(retry_topic(group), sub.retry_queue_nums, PERM_READ | PERM_WRITE)
                 created = created or made
         for group in result.changed_groups:
-            broker.notify_consumer_ids_changed(group)
+            self.notifier.notify_consumer_ids_changed(group)
         attrs = getattr(conn, "attributes", None)
         if attrs is not None:
             attrs["client_id"] = data.get("clientID")
             if not attrs.get("broker.watched"):
                 attrs["broker.watched"] = True
-                conn.add_close_callback(broker.connection_closed)
+                conn.add_close_callback(self.notifier.connection_closed)
         if created:
             # Java registers a retry topic it made before answering (createTopicInSendMessageBackMethod ->
             # registerBrokerAll), so a client asking for its route next, as the Go client does, finds it.
@@ -117,26 +154,26 @@ class AdminProcessor:
         return cmd.response()
 
     async def _answer_once_registered(self, cmd: RemotingCommand) -> RemotingCommand:
-        await self.broker.register_now()
+        await self.register_now()
         return cmd.response()
 
     def unregister_client(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = UnregisterClientRequestHeader.from_ext(cmd.ext_fields)
-        changed = self.broker.clients.unregister(conn, producer_group=h.producerGroup, consumer_group=h.consumerGroup)
+        changed = self.clients.unregister(conn, producer_group=h.producerGroup, consumer_group=h.consumerGroup)
         for group in changed:
-            self.broker.notify_consumer_ids_changed(group)
+            self.notifier.notify_consumer_ids_changed(group)
         return cmd.response()
 
     def consumer_list(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         group = ConsumerGroupHeader.from_ext(cmd.ext_fields).consumerGroup
-        ids = self.broker.clients.consumer_ids(group)
+        ids = self.clients.consumer_ids(group)
         if not ids:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
         return cmd.response(body=orjson.dumps({"consumerIdList": ids}))
 
     def consumer_connections(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         group = ConsumerGroupHeader.from_ext(cmd.ext_fields).consumerGroup
-        info = self.broker.clients.consumers.get(group)
+        info = self.clients.consumers.get(group)
         if info is None or not info.channels:
             return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         body = {
@@ -162,10 +199,10 @@ class AdminProcessor:
 
     def query_consumer_offset(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = QueryConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
-        stored = self.broker.offsets.query(h.consumerGroup, h.topic, h.queueId)
+        stored = self.offsets.query(h.consumerGroup, h.topic, h.queueId)
         if stored is not None and stored >= 0:
             return cmd.response(ext_fields={"offset": str(stored)})
-        store = self.broker.store
+        store = self.store
         if store.min_offset(h.topic, h.queueId) <= 0:
             entries = store.read_consume_queue(h.topic, h.queueId, 0, 1)
             if not entries or store.max_physical_offset() - entries[0][0] <= self._hot_bytes:
@@ -177,25 +214,25 @@ class AdminProcessor:
 
     def update_consumer_offset(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = UpdateConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
-        self.broker.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
+        self.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
         return cmd.response()
 
     def max_offset(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = QueueHeader.from_ext(cmd.ext_fields)
-        return cmd.response(ext_fields={"offset": str(self.broker.store.max_offset(h.topic, h.queueId))})
+        return cmd.response(ext_fields={"offset": str(self.store.max_offset(h.topic, h.queueId))})
 
     def min_offset(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = QueueHeader.from_ext(cmd.ext_fields)
-        return cmd.response(ext_fields={"offset": str(self.broker.store.min_offset(h.topic, h.queueId))})
+        return cmd.response(ext_fields={"offset": str(self.store.min_offset(h.topic, h.queueId))})
 
     def earliest_store_time(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = QueueHeader.from_ext(cmd.ext_fields)
-        ts = self.broker.store.earliest_store_time(h.topic, h.queueId)
+        ts = self.store.earliest_store_time(h.topic, h.queueId)
         return cmd.response(ext_fields={"timestamp": str(ts if ts is not None else -1)})
 
     def search_offset(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = SearchOffsetRequestHeader.from_ext(cmd.ext_fields)
-        offset = self.broker.store.search_offset_by_timestamp(h.topic, h.queueId, h.timestamp)
+        offset = self.store.search_offset_by_timestamp(h.topic, h.queueId, h.timestamp)
         return cmd.response(ext_fields={"offset": str(offset)})
 
     # -- queries
@@ -204,8 +241,8 @@ class AdminProcessor:
         h = QueryMessageRequestHeader.from_ext(cmd.ext_fields)
         max_num = h.maxNum
         if cmd.ext_fields.get("_UNIQUE_KEY_QUERY", "").lower() == "true" or max_num <= 0:
-            max_num = self.broker.config.default_query_max_num
-        store = self.broker.store
+            max_num = self.config.default_query_max_num
+        store = self.store
         offsets = store.query_by_key(h.topic, h.key, max_num, h.beginTimestamp, h.endTimestamp)
         chunks = []
         for phys in offsets:
@@ -222,7 +259,7 @@ class AdminProcessor:
 
     def view_message(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = ViewMessageRequestHeader.from_ext(cmd.ext_fields)
-        data = self.broker.store.read_record(h.offset)
+        data = self.store.read_record(h.offset)
         if data is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {h.offset}")
         return cmd.response(body=data)
@@ -234,11 +271,11 @@ class AdminProcessor:
         problem = validate_topic(h.topic)
         if problem is not None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, problem)
-        if self.broker.topics.is_system_topic(h.topic) or h.topic == h.defaultTopic:
+        if self.topics.is_system_topic(h.topic) or h.topic == h.defaultTopic:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
         if h.readQueueNums <= 0 or h.writeQueueNums <= 0 or h.readQueueNums > 1024 or h.writeQueueNums > 1024:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "queue counts must be within 1..1024")
-        self.broker.topics.upsert(
+        self.topics.upsert(
             TopicConfig(
                 h.topic, h.readQueueNums, h.writeQueueNums, h.perm, h.topicFilterType, h.topicSysFlag or 0, h.order
             )
@@ -249,24 +286,24 @@ class AdminProcessor:
 
     def delete_topic(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         topic = TopicHeader.from_ext(cmd.ext_fields).topic
-        if self.broker.topics.is_system_topic(topic):
+        if self.topics.is_system_topic(topic):
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is a system topic and cannot be deleted."
             )
-        if self.broker.topics.delete(topic):
-            self.broker.topic_changed()
+        if self.topics.delete(topic):
+            self.topic_changed()
         return cmd.response()
 
     def all_topic_config(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(body=orjson.dumps(self.broker.topics.wrapper()))
+        return cmd.response(body=orjson.dumps(self.topics.wrapper()))
 
     def topic_stats(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         topic = TopicHeader.from_ext(cmd.ext_fields).topic
-        cfg = self.broker.topics.get(topic)
+        cfg = self.topics.get(topic)
         if cfg is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
-        store = self.broker.store
-        name = self.broker.config.broker_name
+        store = self.store
+        name = self.config.broker_name
         entries = []
         for qid in range(cfg.write_queue_nums):
             last = store.last_store_time(topic, qid)
@@ -284,28 +321,27 @@ class AdminProcessor:
 
     def consume_stats(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = GetConsumeStatsRequestHeader.from_ext(cmd.ext_fields)
-        broker = self.broker
-        topics = [h.topic] if h.topic else broker.offsets.topics_of_group(h.consumerGroup)
+        topics = [h.topic] if h.topic else self.offsets.topics_of_group(h.consumerGroup)
         entries = []
         for topic in topics:
-            cfg = broker.topics.get(topic)
+            cfg = self.topics.get(topic)
             if cfg is None:
                 continue
             # As in RocketMQ: while the group is online, only the topics it subscribes to are reported.
-            online = broker.clients.consumers.get(h.consumerGroup)
+            online = self.clients.consumers.get(h.consumerGroup)
             if online is not None and online.channels and online.subscriptions and topic not in online.subscriptions:
                 continue
-            stored = broker.offsets.offsets_of(h.consumerGroup, topic)
+            stored = self.offsets.offsets_of(h.consumerGroup, topic)
             for qid in range(cfg.read_queue_nums):
                 consumer_offset = stored.get(qid, 0)
                 last = 0
-                if 0 < consumer_offset <= broker.store.max_offset(topic, qid):
-                    last = broker.store.store_time_at(topic, qid, consumer_offset - 1) or 0
+                if 0 < consumer_offset <= self.store.max_offset(topic, qid):
+                    last = self.store.store_time_at(topic, qid, consumer_offset - 1) or 0
                 entries.append(
                     (
-                        mq_key(topic, broker.config.broker_name, qid),
+                        mq_key(topic, self.config.broker_name, qid),
                         {
-                            "brokerOffset": broker.store.max_offset(topic, qid),
+                            "brokerOffset": self.store.max_offset(topic, qid),
                             "consumerOffset": consumer_offset,
                             "lastTimestamp": last,
                         },
@@ -317,7 +353,7 @@ class AdminProcessor:
         # KVTable values are strings; structured txmq statistics go as JSON text, not Python reprs.
         table = {
             k: orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS).decode() if isinstance(v, (dict, list)) else str(v)
-            for k, v in self.broker.runtime_info().items()
+            for k, v in self.broker_runtime_info().items()
         }
         return cmd.response(body=orjson.dumps({"table": table}))
 
@@ -339,7 +375,7 @@ class AdminProcessor:
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"invalid subscription group config: {exc}")
-        self.broker.subscriptions.upsert(cfg)
+        self.subscriptions.upsert(cfg)
         return cmd.response()
 
     def all_subscription_groups(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
@@ -355,13 +391,13 @@ class AdminProcessor:
                 "whichBrokerWhenConsumeSlowly": c.which_broker_when_consume_slowly,
                 "notifyConsumerIdsChangedEnable": c.notify_consumer_ids_changed_enable,
             }
-            for name, c in self.broker.subscriptions.groups.items()
+            for name, c in self.subscriptions.groups.items()
         }
         return cmd.response(body=orjson.dumps({"subscriptionGroupTable": table, "dataVersion": {"counter": 0}}))
 
     def delete_subscription_group(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         group = cmd.ext_fields.get("groupName", "")
-        self.broker.subscriptions.delete(group)
+        self.subscriptions.delete(group)
         return cmd.response()
 
     # -- orderly consumption
@@ -377,7 +413,7 @@ class AdminProcessor:
             group, client_id, mqs = self._lock_body(cmd)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"invalid lock request body: {exc}")
-        held = self.broker.locks.try_lock(group, client_id, mqs, self.broker.clock.monotonic())
+        held = self.locks.try_lock(group, client_id, mqs, self.clock.monotonic())
         body = {"lockOKMQSet": [{"topic": t, "brokerName": b, "queueId": q} for t, b, q in held]}
         return cmd.response(body=orjson.dumps(body))
 
@@ -386,7 +422,7 @@ class AdminProcessor:
             group, client_id, mqs = self._lock_body(cmd)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"invalid unlock request body: {exc}")
-        self.broker.locks.unlock(group, client_id, mqs)
+        self.locks.unlock(group, client_id, mqs)
         return cmd.response()
 
     def check_client_config(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
@@ -402,11 +438,11 @@ class AdminProcessor:
         expression_type = sub.get("expressionType")
         if is_tag_type(expression_type):
             return cmd.response()
-        if not self.broker.config.enable_property_filter:
+        if not self.config.enable_property_filter:
             return cmd.response(ResponseCode.SYSTEM_ERROR, unsupported_remark(str(expression_type)))
         expression = sub.get("subString")
         try:
-            self.broker.pull_processor.filters.get(
+            self.filters.get(
                 str(raw.get("group") or ""),
                 str(sub.get("topic") or ""),
                 str(expression_type),

@@ -25,6 +25,7 @@ from txmq.broker.schedule import (
     PROP_LAST_FAILURE,
     PROP_RESENT_FROM_DLQ,
 )
+from txmq.broker.stored import put_status_code
 from txmq.broker.topics import dlq_topic
 from txmq.errors import ConfigError, RecordDecodeError
 from txmq.protocol.codes import RequestCode, ResponseCode, TxmqConsumerRequestCode
@@ -33,8 +34,12 @@ from txmq.protocol.record import MessageRecord, Prop
 from txmq.util import atomic_write_json
 
 if TYPE_CHECKING:
-    from txmq.broker.broker import Broker
+    from txmq.broker.clients import ClientRegistry
     from txmq.broker.config import BrokerConfig
+    from txmq.broker.offsets import ConsumerOffsetManager
+    from txmq.broker.subscriptions import SubscriptionGroupManager
+    from txmq.broker.topics import TopicConfigManager
+    from txmq.store.message_store import MessageStore
 
 log = logging.getLogger("txmq.broker")
 
@@ -58,9 +63,26 @@ RESET_NOTIFY_TIMEOUT = 5.0
 
 
 class ConsumerAdminProcessor:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self._resent_path = Path(broker.root) / "config" / "dlqResent.json"
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        store_host: tuple[str, int],
+        store: MessageStore,
+        topics: TopicConfigManager,
+        subscriptions: SubscriptionGroupManager,
+        clients: ClientRegistry,
+        offsets: ConsumerOffsetManager,
+        config_dir: Path,
+    ) -> None:
+        self.config = config
+        self.store_host = store_host
+        self.store = store
+        self.topics = topics
+        self.subscriptions = subscriptions
+        self.clients = clients
+        self.offsets = offsets
+        self._resent_path = config_dir / "dlqResent.json"
         self._lock = threading.Lock()
         self._resend_lock = asyncio.Lock()
         self._random = random.Random()
@@ -88,8 +110,7 @@ class ConsumerAdminProcessor:
 
     def offset_for(self, topic: str, queue_id: int, to: str) -> int:
         """The queue offset for ``to``: "earliest", "latest" or epoch ms (the first message stored at or after)."""
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
         if to == "earliest":
             return low
@@ -105,7 +126,6 @@ class ConsumerAdminProcessor:
         return offset
 
     async def reset_offset(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        broker = self.broker
         group = self._group(cmd)
         topic = (cmd.ext_fields.get("topic") or "").strip()
         to = (cmd.ext_fields.get("to") or "").strip().lower()
@@ -115,15 +135,15 @@ class ConsumerAdminProcessor:
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR, f"'to' must be earliest, latest or a timestamp in ms, got {to!r}"
             )
-        cfg = broker.topics.get(topic)
+        cfg = self.topics.get(topic)
         if cfg is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
-        if broker.subscriptions.get(group) is None:
+        if self.subscriptions.get(group) is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
         offsets = {qid: self.offset_for(topic, qid, to) for qid in range(cfg.read_queue_nums)}
         notified = await self.apply_reset(group, topic, offsets, to if to.isdigit() else "-1")
         log.info("offsets of %s on %s reset to %s (%s); %d consumer(s) told", group, topic, to, offsets, notified)
-        name = broker.config.broker_name
+        name = self.config.broker_name
         out = {
             "offsets": [
                 {"topic": topic, "brokerName": name, "queueId": q, "offset": o} for q, o in sorted(offsets.items())
@@ -134,13 +154,12 @@ class ConsumerAdminProcessor:
 
     async def apply_reset(self, group: str, topic: str, offsets: dict[int, int], timestamp: str) -> int:
         """Commit ``offsets`` and send RESET_CONSUMER_CLIENT_OFFSET to the group's online consumers; return how many."""
-        broker = self.broker
-        broker.offsets.reset(group, topic, offsets)
-        await asyncio.get_running_loop().run_in_executor(None, broker.offsets.persist)
-        name = broker.config.broker_name
+        self.offsets.reset(group, topic, offsets)
+        await asyncio.get_running_loop().run_in_executor(None, self.offsets.persist)
+        name = self.config.broker_name
         body = with_object_map("offsetTable", [(mq_key(topic, name, q), o) for q, o in sorted(offsets.items())], {})
         notified = 0
-        for conn in broker.clients.consumer_connections(group):
+        for conn in self.clients.consumer_connections(group):
             if conn.closed:
                 continue
             request = RemotingCommand.request(
@@ -158,8 +177,7 @@ class ConsumerAdminProcessor:
     # -- dead letters -------------------------------------------------------------------------------------------
 
     def _dead_letters(self, group: str, limit: int) -> list[tuple[int, MessageRecord]]:
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         topic = dlq_topic(group)
         out: list[tuple[int, MessageRecord]] = []
         offset, high = store.min_offset(topic, 0), store.max_offset(topic, 0)
@@ -213,10 +231,9 @@ class ConsumerAdminProcessor:
         atomic_write_json(self._resent_path, {"resent": snapshot})
 
     def _resend_copy(self, record: MessageRecord) -> MessageRecord | None:
-        broker = self.broker
         props = dict(record.properties)
         topic = props.pop(Prop.RETRY_TOPIC, None) or record.topic
-        cfg = broker.topics.get(topic)
+        cfg = self.topics.get(topic)
         if cfg is None or not cfg.writable or cfg.write_queue_nums <= 0:
             return None
         for key in (Prop.DELAY, Prop.REAL_TOPIC, Prop.REAL_QID, PROP_DELAY_FROM, PROP_DLQ_REASON):
@@ -230,7 +247,7 @@ class ConsumerAdminProcessor:
             sys_flag=record.sys_flag,
             born_timestamp=record.born_timestamp,
             born_host=record.born_host,
-            store_host=broker.store_host,
+            store_host=self.store_host,
             reconsume_times=0,
             properties=props,
         )
@@ -243,8 +260,7 @@ class ConsumerAdminProcessor:
         ids = [i.strip() for i in (cmd.ext_fields.get("msgIds") or "").split(",") if i.strip()]
         if not want_all and not ids:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "give msgIds or all=true")
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         report: dict[str, list[str]] = {"resent": [], "alreadyResent": [], "notFound": [], "failed": []}
         async with self._resend_lock:  # two operators resending at once must not both store a copy
             letters = self._dead_letters(group, 10**9)
@@ -274,7 +290,7 @@ class ConsumerAdminProcessor:
                     )
                     continue
                 result = await store.put(copy)
-                if self.broker.put_status_code(result) not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+                if put_status_code(result) not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
                     report["failed"].append(f"{label}: {result.status.value}")
                     continue
                 with self._lock:

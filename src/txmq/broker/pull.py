@@ -23,7 +23,15 @@ from txmq.protocol.headers import PullMessageRequestHeader
 from txmq.store.message_store import GetStatus
 
 if TYPE_CHECKING:
-    from txmq.broker.broker import Broker
+    from txmq.broker.clients import ClientRegistry
+    from txmq.broker.config import BrokerConfig
+    from txmq.broker.longpoll import PullHoldService
+    from txmq.broker.offsets import ConsumerOffsetManager
+    from txmq.broker.runtime import BrokerStats
+    from txmq.broker.subscriptions import SubscriptionGroupManager
+    from txmq.broker.topics import TopicConfigManager
+    from txmq.clock import Clock
+    from txmq.store.message_store import MessageStore
 
 log = logging.getLogger("txmq.broker")
 
@@ -48,9 +56,30 @@ class PullOutcome:
 
 
 class PullProcessor:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.filters = ConsumerFilters()
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        clock: Clock,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        subscriptions: SubscriptionGroupManager,
+        clients: ClientRegistry,
+        offsets: ConsumerOffsetManager,
+        pull_holds: PullHoldService,
+        filters: ConsumerFilters,
+        stats: BrokerStats,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.store = store
+        self.topics = topics
+        self.subscriptions = subscriptions
+        self.clients = clients
+        self.offsets = offsets
+        self.pull_holds = pull_holds
+        self.filters = filters
+        self.stats = stats
 
     def handle(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
         try:
@@ -63,22 +92,22 @@ class PullProcessor:
         subscription, sql = checked
         outcome = self.pull(header, subscription, sql)
         if header.sysFlag & FLAG_COMMIT_OFFSET and header.commitOffset >= 0:
-            self.broker.offsets.commit(header.consumerGroup, header.topic, header.queueId, header.commitOffset)
+            self.offsets.commit(header.consumerGroup, header.topic, header.queueId, header.commitOffset)
         if outcome.code == ResponseCode.PULL_NOT_FOUND and header.sysFlag & FLAG_SUSPEND:
             timeout_ms = (
                 header.suspendTimeoutMillis
-                if self.broker.config.long_polling_enable
-                else (self.broker.config.short_polling_time_mills)
+                if self.config.long_polling_enable
+                else (self.config.short_polling_time_mills)
             )
             loop = asyncio.get_running_loop()
             future: asyncio.Future[RemotingCommand] = loop.create_future()
-            deadline = self.broker.clock.monotonic() + timeout_ms / 1000
+            deadline = self.clock.monotonic() + timeout_ms / 1000
 
             def resume() -> None:
                 if future.done():
                     return
                 again = self.pull(header, subscription, sql)
-                remaining = deadline - self.broker.clock.monotonic()
+                remaining = deadline - self.clock.monotonic()
                 if (
                     sql is not None
                     and again.code == ResponseCode.PULL_RETRY_IMMEDIATELY
@@ -87,16 +116,16 @@ class PullProcessor:
                 ):
                     # Only messages the SQL92 filter rejects arrived: keep holding, as RocketMQ's hold service
                     # does when the new message does not match, and wake again past them.
-                    self.broker.pull_holds.hold(header.topic, header.queueId, again.next_offset, remaining, resume)
+                    self.pull_holds.hold(header.topic, header.queueId, again.next_offset, remaining, resume)
                     return
                 future.set_result(self._respond(cmd, again))
 
-            self.broker.pull_holds.hold(header.topic, header.queueId, header.queueOffset, timeout_ms / 1000, resume)
+            self.pull_holds.hold(header.topic, header.queueId, header.queueOffset, timeout_ms / 1000, resume)
             return future
         return self._respond(cmd, outcome)
 
     def _respond(self, cmd: RemotingCommand, outcome: PullOutcome) -> RemotingCommand:
-        self.broker.stats.count_get(outcome.count, found=outcome.code == ResponseCode.SUCCESS)
+        self.stats.count_get(outcome.count, found=outcome.code == ResponseCode.SUCCESS)
         return cmd.response(
             outcome.code,
             outcome.remark,
@@ -112,19 +141,18 @@ class PullProcessor:
     def _check(
         self, h: PullMessageRequestHeader, cmd: RemotingCommand
     ) -> tuple[Subscription, SqlFilter | None] | RemotingCommand:
-        broker = self.broker
-        if not broker.config.broker_permission & 4:
+        if not self.config.broker_permission & 4:
             return cmd.response(
-                ResponseCode.NO_PERMISSION, f"the broker[{broker.config.broker_name}] pulling message is forbidden"
+                ResponseCode.NO_PERMISSION, f"the broker[{self.config.broker_name}] pulling message is forbidden"
             )
-        group = broker.subscriptions.get(h.consumerGroup)
+        group = self.subscriptions.get(h.consumerGroup)
         if group is None:
             return cmd.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{h.consumerGroup}] does not exist"
             )
         if not group.consume_enable:
             return cmd.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumerGroup}")
-        cfg = broker.topics.get(h.topic)
+        cfg = self.topics.get(h.topic)
         if cfg is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
         if not cfg.readable:
@@ -140,14 +168,14 @@ class PullProcessor:
                 return sub, None
             if not h.subscription:  # FilterAPI.build: "Expression can't be null!"
                 return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, PARSE_FAILED_REMARK)
-            if not broker.config.enable_property_filter:
+            if not self.config.enable_property_filter:
                 return cmd.response(ResponseCode.SYSTEM_ERROR, unsupported_remark(sub.expression_type))
             try:
                 return sub, self.filters.get(h.consumerGroup, h.topic, sub.expression_type, h.subscription)
             except FilterExpressionError as exc:
                 # RocketMQ (assertions off) would pull unfiltered here; txmq refuses with the parse-failure code
                 return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"{PARSE_FAILED_REMARK}: {exc}")
-        info = broker.clients.consumers.get(h.consumerGroup)
+        info = self.clients.consumers.get(h.consumerGroup)
         if info is None:
             return cmd.response(
                 ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's group info not exist, group: {h.consumerGroup}"
@@ -172,13 +200,13 @@ class PullProcessor:
             sql = self.filters.get(h.consumerGroup, h.topic, sub.expression_type, sub.expression)
         except FilterExpressionError:
             return cmd.response(ResponseCode.FILTER_DATA_NOT_EXIST, FILTER_DATA_NOT_EXIST_REMARK)
-        if not broker.config.enable_property_filter:
+        if not self.config.enable_property_filter:
             return cmd.response(ResponseCode.SYSTEM_ERROR, unsupported_remark(sub.expression_type))
         return sub, sql
 
     def pull(self, h: PullMessageRequestHeader, sub: Subscription, sql: SqlFilter | None = None) -> PullOutcome:
         """Run one pull against the store and map RocketMQ's getMessage status to a response code."""
-        result = self.broker.store.get_messages(
+        result = self.store.get_messages(
             h.topic,
             h.queueId,
             h.queueOffset,

@@ -1,5 +1,5 @@
 """One way to refuse a request: raise :class:`BrokerRefusal`; :func:`answering_refusals` (the wrapper every handler
-is registered through) turns it into the response. Also the send response code of a store put result."""
+is registered through) turns it into the response."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import RemotingCommand
-from txmq.store.message_store import PutStatus
 
 Handler = Callable[[Any, RemotingCommand], Any]
 
@@ -48,17 +46,3 @@ async def _awaiting(cmd: RemotingCommand, awaitable: Awaitable[Any]) -> Any:
         return await awaitable
     except BrokerRefusal as refusal:
         return refusal.response(cmd)
-
-
-def put_status_code(result: Any) -> int:
-    """The response code of a store put result."""
-    status = result.status
-    if status is PutStatus.PUT_OK:
-        return ResponseCode.SUCCESS
-    if status is PutStatus.FLUSH_DISK_TIMEOUT:
-        return ResponseCode.FLUSH_DISK_TIMEOUT
-    if status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
-        return ResponseCode.MESSAGE_ILLEGAL
-    if status is PutStatus.SERVICE_NOT_AVAILABLE:
-        return ResponseCode.SERVICE_NOT_AVAILABLE
-    return ResponseCode.SYSTEM_ERROR

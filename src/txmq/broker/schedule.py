@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from txmq.broker.refusal import BrokerRefusal
+from txmq.broker.stored import put_status_code
 from txmq.broker.topics import (
     PERM_READ,
     PERM_WRITE,
@@ -39,8 +41,11 @@ from txmq.store.message_store import PutStatus
 from txmq.util import atomic_write_json
 
 if TYPE_CHECKING:
-    from txmq.broker.broker import Broker
-    from txmq.broker.subscriptions import SubscriptionGroupConfig
+    from txmq.broker.config import BrokerConfig
+    from txmq.broker.subscriptions import SubscriptionGroupConfig, SubscriptionGroupManager
+    from txmq.broker.topics import TopicConfigManager
+    from txmq.clock import Clock
+    from txmq.store.message_store import MessageStore
 
 log = logging.getLogger("txmq.broker")
 
@@ -85,11 +90,28 @@ class _InFlight:
 class ScheduleService:
     """Delay levels (redirect + delivery) and CONSUMER_SEND_MSG_BACK for one broker."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.clock = broker.clock
-        self.levels_ms: list[int] = broker.store_config.delay_levels_ms()
-        self.path = Path(broker.root) / "config" / "delayOffset.json"
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        clock: Clock,
+        store_host: tuple[str, int],
+        store: MessageStore,
+        levels_ms: list[int],
+        topics: TopicConfigManager,
+        subscriptions: SubscriptionGroupManager,
+        topic_changed: Callable[[], None],
+        config_dir: Path,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.store_host = store_host
+        self.store = store
+        self.levels_ms = levels_ms
+        self.topics = topics
+        self.subscriptions = subscriptions
+        self.topic_changed = topic_changed
+        self.path = config_dir / "delayOffset.json"
         self.offsets: dict[int, int] = {}
         self.in_flight: dict[int, _InFlight] = {}
         self._skip: dict[int, set[int]] = {}  # level -> schedule record offsets already delivered (restart check)
@@ -131,13 +153,12 @@ class ScheduleService:
             await asyncio.get_running_loop().run_in_executor(None, atomic_write_json, self.path, snapshot)
 
     async def start(self) -> None:
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         self._load()
-        cfg = self.broker.topics.get(SCHEDULE_TOPIC)
+        cfg = self.topics.get(SCHEDULE_TOPIC)
         if cfg is None or cfg.queue_count < len(self.levels_ms):
             n = len(self.levels_ms)
-            self.broker.topics.upsert(TopicConfig(SCHEDULE_TOPIC, n, n))
+            self.topics.upsert(TopicConfig(SCHEDULE_TOPIC, n, n))
         for level in range(1, len(self.levels_ms) + 1):
             flight = self.in_flight.get(level)
             if flight is not None:
@@ -208,8 +229,7 @@ class ScheduleService:
     async def _level_loop(self, level: int) -> None:
         queue_id = level - 1
         wake = self._wake[level]
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         while self._running:
             try:
                 offset = max(self.offsets.get(level, 0), store.min_offset(SCHEDULE_TOPIC, queue_id))
@@ -260,15 +280,14 @@ class ScheduleService:
             sys_flag=record.sys_flag,
             born_timestamp=record.born_timestamp,
             born_host=record.born_host,
-            store_host=self.broker.store_host,
+            store_host=self.store_host,
             reconsume_times=record.reconsume_times,
             prepared_transaction_offset=record.prepared_transaction_offset,
             properties=props,
         )
 
     async def _deliver(self, level: int, offset: int, due: list[tuple[int, int]]) -> None:
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         skip = self._skip.get(level, set())
         copies: list[MessageRecord] = []
         for phys, size in due:
@@ -309,8 +328,7 @@ class ScheduleService:
 
     def _already_delivered(self, level: int, flight: _InFlight) -> set[int]:
         """Schedule records of an in-flight range whose copy reached its target queue before a crash."""
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         entries = store.read_consume_queue(SCHEDULE_TOPIC, level - 1, flight.begin, flight.end - flight.begin)
         targets: dict[tuple[str, int], set[int]] = {}
         for phys, size, _ in entries:
@@ -355,25 +373,23 @@ class ScheduleService:
     # -- CONSUMER_SEND_MSG_BACK ---------------------------------------------------------------------------------
 
     async def send_back(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        broker = self.broker
         try:
             h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
         except ProtocolError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        sub = broker.subscriptions.get(h.group)
+        sub = self.subscriptions.get(h.group)
         if sub is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {h.group}")
-        if not broker.config.broker_permission & PERM_WRITE:
+        if not self.config.broker_permission & PERM_WRITE:
             return cmd.response(
-                ResponseCode.NO_PERMISSION, f"the broker[{broker.config.broker_name}] sending message is forbidden"
+                ResponseCode.NO_PERMISSION, f"the broker[{self.config.broker_name}] sending message is forbidden"
             )
         if sub.retry_queue_nums <= 0:
             return cmd.response()
         rt = retry_topic(h.group)
-        if broker.topics.ensure(rt, sub.retry_queue_nums, PERM_READ | PERM_WRITE)[1]:
-            broker.topic_changed()
-        store = broker.store
-        assert store is not None
+        if self.topics.ensure(rt, sub.retry_queue_nums, PERM_READ | PERM_WRITE)[1]:
+            self.topic_changed()
+        store = self.store
         try:
             original = store.read_message(h.offset) if h.offset >= 0 else None
         except RecordDecodeError:
@@ -394,8 +410,8 @@ class ScheduleService:
         if to_dlq:
             topic = dlq_topic(h.group)
             queue_id = 0
-            if broker.topics.ensure(topic, 1, PERM_READ | PERM_WRITE)[1]:
-                broker.topic_changed()
+            if self.topics.ensure(topic, 1, PERM_READ | PERM_WRITE)[1]:
+                self.topic_changed()
             props[PROP_DLQ_REASON] = (
                 f"the consumer asked for the DLQ (delayLevel {h.delayLevel})"
                 if h.delayLevel < 0
@@ -412,14 +428,14 @@ class ScheduleService:
             sys_flag=original.sys_flag,
             born_timestamp=original.born_timestamp,
             born_host=original.born_host,
-            store_host=broker.store_host,
+            store_host=self.store_host,
             reconsume_times=original.reconsume_times + 1,
             properties=props,
         )
         if not to_dlq:
             record = self.redirect(record, h.delayLevel or 3 + original.reconsume_times)
         result = await store.put(record)
-        code = broker.put_status_code(result)
+        code = put_status_code(result)
         if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
             return cmd.response(code, f"storing the retry message failed: {result.status.value}")
         if to_dlq:

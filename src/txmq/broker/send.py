@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import zlib
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from txmq.broker.refusal import BrokerRefusal
 from txmq.broker.schedule import PROP_DLQ_REASON, reconsume_limit
+from txmq.broker.stored import answer_when_stored, send_response
 from txmq.broker.topics import (
     NOT_ALLOWED_SEND_TOPICS,
     PERM_READ,
@@ -36,14 +36,37 @@ from txmq.protocol.record import (
 )
 
 if TYPE_CHECKING:
-    from txmq.broker.broker import Broker
+    from txmq.broker.config import BrokerConfig
+    from txmq.broker.schedule import ScheduleService
+    from txmq.broker.subscriptions import SubscriptionGroupManager
+    from txmq.broker.topics import TopicConfigManager
+    from txmq.broker.transactions import TransactionService
+    from txmq.store.message_store import MessageStore
 
 log = logging.getLogger("txmq.broker")
 
 
 class SendProcessor:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        store_host: tuple[str, int],
+        store: MessageStore,
+        topics: TopicConfigManager,
+        subscriptions: SubscriptionGroupManager,
+        transactions: TransactionService,
+        schedule: ScheduleService,
+        topic_changed: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.store_host = store_host
+        self.store = store
+        self.topics = topics
+        self.subscriptions = subscriptions
+        self.transactions = transactions
+        self.schedule = schedule
+        self.topic_changed = topic_changed
         self._random = random.Random()
 
     def handle(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
@@ -60,10 +83,10 @@ class SendProcessor:
     # -- checks shared by single and batch sends ---------------------------------------------------------------------
 
     def _check_topic(self, header: SendMessageRequestHeader) -> TopicConfig:
-        broker = self.broker
-        if not broker.config.broker_permission & PERM_WRITE:
+        config = self.config
+        if not config.broker_permission & PERM_WRITE:
             raise BrokerRefusal(
-                ResponseCode.NO_PERMISSION, f"the broker[{broker.config.broker_name}] sending message is forbidden"
+                ResponseCode.NO_PERMISSION, f"the broker[{config.broker_name}] sending message is forbidden"
             )
         topic = header.topic
         problem = validate_topic(topic)
@@ -71,19 +94,19 @@ class SendProcessor:
             raise BrokerRefusal(ResponseCode.SYSTEM_ERROR, problem)
         if topic in NOT_ALLOWED_SEND_TOPICS:
             raise BrokerRefusal(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
-        cfg = broker.topics.get(topic)
+        cfg = self.topics.get(topic)
         if cfg is None:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                cfg, _ = broker.topics.ensure(topic, 1, PERM_READ | PERM_WRITE)
-            elif broker.config.auto_create_topic_enable:
-                cfg = broker.topics.create_from_template(topic, header.defaultTopic, header.defaultTopicQueueNums)
+                cfg, _ = self.topics.ensure(topic, 1, PERM_READ | PERM_WRITE)
+            elif config.auto_create_topic_enable:
+                cfg = self.topics.create_from_template(topic, header.defaultTopic, header.defaultTopicQueueNums)
             if cfg is None:
                 raise BrokerRefusal(
                     ResponseCode.TOPIC_NOT_EXIST,
                     f"topic[{topic}] not exist, apply first please! (autoCreateTopicEnable="
-                    f"{str(broker.config.auto_create_topic_enable).lower()})",
+                    f"{str(config.auto_create_topic_enable).lower()})",
                 )
-            broker.topic_changed()
+            self.topic_changed()
         if not cfg.writable:
             raise BrokerRefusal(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         if header.queueId >= cfg.queue_count:
@@ -116,14 +139,14 @@ class SendProcessor:
         if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return topic, queue_id
         group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
-        sub = self.broker.subscriptions.get(group)
+        sub = self.subscriptions.get(group)
         if sub is None:
             raise BrokerRefusal(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
         max_times = reconsume_limit(version, header.maxReconsumeTimes, sub)
         if (header.reconsumeTimes or 0) >= max_times:
             dlq = dlq_topic(group)
-            self.broker.topics.ensure(dlq, 1, PERM_READ | PERM_WRITE)
-            self.broker.topic_changed()
+            self.topics.ensure(dlq, 1, PERM_READ | PERM_WRITE)
+            self.topic_changed()
             log.info("message to %s reached %d reconsumes: sent to %s", topic, max_times, dlq)
             return dlq, 0
         return topic, queue_id
@@ -133,19 +156,19 @@ class SendProcessor:
     def _send_one(
         self, conn: Any, cmd: RemotingCommand, header: SendMessageRequestHeader
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        broker = self.broker
+        config = self.config
         cfg = self._check_topic(header)
         queue_id = self._pick_queue(header, cfg)
         response_queue_id = queue_id
         topic, queue_id = self._retry_redirect(header, header.topic, queue_id, cmd.version)
-        if len(cmd.body) > broker.config.max_message_size:
+        if len(cmd.body) > config.max_message_size:
             raise BrokerRefusal(
                 ResponseCode.MESSAGE_ILLEGAL,
-                f"the message body size {len(cmd.body)} is over the limit {broker.config.max_message_size}",
+                f"the message body size {len(cmd.body)} is over the limit {config.max_message_size}",
             )
         props = decode_properties(header.properties or "")
         props.pop(Prop.WAIT, None)
-        props[Prop.CLUSTER] = broker.config.broker_cluster_name
+        props[Prop.CLUSTER] = config.broker_cluster_name
         if topic != header.topic:  # redirected to the DLQ: no delay there (wire §2.3 step 5)
             props.pop(Prop.DELAY, None)
             props[PROP_DLQ_REASON] = f"reconsumed {header.reconsumeTimes} times (sent directly to {header.topic})"
@@ -157,64 +180,22 @@ class SendProcessor:
             sys_flag=self._sys_flag(header, cfg),
             born_timestamp=header.bornTimestamp,
             born_host=self._born_host(conn),
-            store_host=broker.store_host,
+            store_host=self.store_host,
             reconsume_times=header.reconsumeTimes or 0,
             properties=props,
         )
         if props.get(Prop.TRAN_MSG, "").lower() == "true":
-            return broker.transactions.prepare(cmd, record, response_queue_id)
+            return self.transactions.prepare(cmd, record, response_queue_id)
         if record.sys_flag & TRANSACTION_MASK:
             # Only END_TRANSACTION may write COMMIT or ROLLBACK records (a plain int test: no enum per message).
             record.sys_flag &= ~TRANSACTION_MASK
         delay = props.get(Prop.DELAY)
         if delay and delay != "0":
-            record = broker.schedule.redirect(record, delay)
-        return self.answer_when_stored(cmd, broker.store.put_future(record), response_queue_id)
-
-    def answer_when_stored(
-        self,
-        cmd: RemotingCommand,
-        stored: asyncio.Future[Any],
-        queue_id: int,
-        on_stored: Callable[[Any], None] | None = None,
-    ) -> asyncio.Future[RemotingCommand]:
-        """The send response as a future of the store's put future (a callback, no task per message);
-        ``on_stored(result)`` runs first when the record was stored."""
-        answer: asyncio.Future[RemotingCommand] = stored.get_loop().create_future()
-
-        def respond(done: asyncio.Future[Any]) -> None:
-            if answer.done():
-                return
-            if done.cancelled():
-                answer.cancel()
-            elif (exc := done.exception()) is not None:
-                answer.set_exception(exc)
-            else:
-                result = done.result()
-                if on_stored is not None and result.ok:
-                    on_stored(result)
-                answer.set_result(self._response(cmd, result, queue_id))
-
-        stored.add_done_callback(respond)
-        return answer
-
-    def _response(
-        self, cmd: RemotingCommand, result: Any, queue_id: int, msg_ids: str | None = None
-    ) -> RemotingCommand:
-        code = self.broker.put_status_code(result)
-        if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
-            return cmd.response(code, f"storing the message failed: {getattr(result, 'status', result)}")
-        ext = {
-            "msgId": msg_ids or encode_offset_msg_id(self.broker.store_host, result.physical_offset),
-            "queueId": str(queue_id),
-            "queueOffset": str(result.queue_offset),
-            "MSG_REGION": self.broker.config.region_id,
-            "TRACE_ON": "true" if self.broker.config.trace_on else "false",
-        }
-        return cmd.response(code, None, ext)
+            record = self.schedule.redirect(record, delay)
+        return answer_when_stored(cmd, self.store.put_future(record), response_queue_id, config, self.store_host)
 
     def _inflate(self, body: bytes) -> bytes:
-        limit = self.broker.config.max_message_size * 4
+        limit = self.config.max_message_size * 4
         inflater = zlib.decompressobj()
         try:
             out = inflater.decompress(body, limit)
@@ -229,7 +210,7 @@ class SendProcessor:
     # -- batch -------------------------------------------------------------------------------------------------------
 
     async def _send_batch(self, conn: Any, cmd: RemotingCommand, header: SendMessageRequestHeader) -> RemotingCommand:
-        broker = self.broker
+        config = self.config
         cfg = self._check_topic(header)
         if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             raise BrokerRefusal(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be sent to a retry topic")
@@ -250,11 +231,11 @@ class SendProcessor:
         queue_id = self._pick_queue(header, cfg)
         batch_props = decode_properties(header.properties or "")
         batch_props.pop(Prop.WAIT, None)
-        batch_props[Prop.CLUSTER] = broker.config.broker_cluster_name
+        batch_props[Prop.CLUSTER] = config.broker_cluster_name
         born_host = self._born_host(conn)
         records = []
         for entry in entries:
-            if len(entry.body) > broker.config.max_message_size:
+            if len(entry.body) > config.max_message_size:
                 raise BrokerRefusal(ResponseCode.MESSAGE_ILLEGAL, "a message in the batch is over the size limit")
             props = decode_properties(entry.properties)
             if props.get(Prop.DELAY, "0") not in ("", "0"):
@@ -270,12 +251,11 @@ class SendProcessor:
                     sys_flag=sys_flag,
                     born_timestamp=header.bornTimestamp,
                     born_host=born_host,
-                    store_host=broker.store_host,
+                    store_host=self.store_host,
                     reconsume_times=header.reconsumeTimes or 0,
                     properties=props,
                 )
             )
-        results = await broker.store.put_many(records)
-        first = results[0]
-        ids = ",".join(encode_offset_msg_id(broker.store_host, r.physical_offset) for r in results)
-        return self._response(cmd, first, queue_id, ids)
+        results = await self.store.put_many(records)
+        ids = ",".join(encode_offset_msg_id(self.store_host, r.physical_offset) for r in results)
+        return send_response(cmd, results[0], queue_id, config, self.store_host, ids)

@@ -22,7 +22,15 @@ from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import parse_bool
 
 if TYPE_CHECKING:
-    from txmq.broker.broker import Broker
+    from txmq.broker.clients import ClientRegistry
+    from txmq.broker.config import BrokerConfig
+    from txmq.broker.consumer_admin import ConsumerAdminProcessor
+    from txmq.broker.offsets import ConsumerOffsetManager
+    from txmq.broker.runtime import BrokerStats
+    from txmq.broker.topics import TopicConfigManager
+    from txmq.clock import Clock
+    from txmq.store.config import StoreConfig
+    from txmq.store.message_store import MessageStore
 
 log = logging.getLogger("txmq.broker")
 
@@ -115,8 +123,30 @@ class TpsSampler:
 
 
 class ToolsAdminProcessor:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        store_config: StoreConfig,
+        clock: Clock,
+        started_at_ms: int,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        clients: ClientRegistry,
+        offsets: ConsumerOffsetManager,
+        stats: BrokerStats,
+        consumer_admin: ConsumerAdminProcessor,
+    ) -> None:
+        self.config = config
+        self.store_config = store_config
+        self.clock = clock
+        self.started_at_ms = started_at_ms
+        self.store = store
+        self.topics = topics
+        self.clients = clients
+        self.offsets = offsets
+        self.stats = stats
+        self.consumer_admin = consumer_admin
         self.tps = TpsSampler()
         self.config_version = {"counter": 1, "timestamp": 0}
 
@@ -134,17 +164,16 @@ class ToolsAdminProcessor:
     # -- runtime statistics
 
     def sample(self) -> None:
-        store = self.broker.store
-        puts = store.statistics.put_messages if store is not None else 0
-        self.tps.sample(self.broker.clock.monotonic(), puts, self.broker.stats.get_messages)
+        store = self.store
+        puts = store.statistics.put_messages
+        self.tps.sample(self.clock.monotonic(), puts, self.stats.get_messages)
 
     def runtime_info(self) -> dict[str, str]:
         """The GET_BROKER_RUNTIME_INFO keys mqadmin's clusterList and brokerStatus read that txmq can report."""
-        broker = self.broker
-        store = broker.store
+        store = self.store
         info = self.tps.runtime_info()
-        earliest = store.earliest_message_time() if store is not None else None
-        root = broker.store_config.store_path_root_dir
+        earliest = store.earliest_message_time()
+        root = self.store_config.store_path_root_dir
         try:
             usage = shutil.disk_usage(root)
             ratio = str(usage.used / usage.total) if usage.total else "-1"
@@ -185,27 +214,26 @@ class ToolsAdminProcessor:
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"not supported by txmq: {what}")
 
     def config_properties(self) -> dict[str, str]:
-        broker = self.broker
         props: dict[str, str] = {}
-        for f in dataclasses.fields(broker.store_config):
-            props[java_name(f.name)] = _property_text(getattr(broker.store_config, f.name))
-        for f in dataclasses.fields(broker.config):
+        for f in dataclasses.fields(self.store_config):
+            props[java_name(f.name)] = _property_text(getattr(self.store_config, f.name))
+        for f in dataclasses.fields(self.config):
             if f.name != "extra":
-                props[java_name(f.name)] = _property_text(getattr(broker.config, f.name))
-        props.update({k: str(v) for k, v in broker.config.extra.items()})
-        props["brokerIP1"] = broker.config.advertised_ip
+                props[java_name(f.name)] = _property_text(getattr(self.config, f.name))
+        props.update({k: str(v) for k, v in self.config.extra.items()})
+        props["brokerIP1"] = self.config.advertised_ip
         return props
 
     def get_broker_config(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         # Java: the properties text of every config object; header ``version`` is the configuration's DataVersion.
         if not self.config_version["timestamp"]:
-            self.config_version["timestamp"] = self.broker.started_at_ms
+            self.config_version["timestamp"] = self.started_at_ms
         body = properties_text(self.config_properties()).encode("ascii")
         return cmd.response(ext_fields={"version": orjson.dumps(self.config_version).decode()}, body=body)
 
     def producer_connections(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         group = cmd.ext_fields.get("producerGroup", "")
-        channels = self.broker.clients.producers.get(group)
+        channels = self.clients.producers.get(group)
         if not channels:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
         body = {"connectionSet": [ch.connection_row() for ch in channels.values()]}
@@ -213,9 +241,8 @@ class ToolsAdminProcessor:
 
     def topic_consumed_by_who(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         topic = cmd.ext_fields.get("topic", "")
-        broker = self.broker
-        groups = {g for g, info in broker.clients.consumers.items() if topic in info.subscriptions and info.channels}
-        groups.update(broker.offsets.groups_of_topic(topic))
+        groups = {g for g, info in self.clients.consumers.items() if topic in info.subscriptions and info.channels}
+        groups.update(self.offsets.groups_of_topic(topic))
         return cmd.response(body=orjson.dumps({"groupList": sorted(groups)}))
 
     async def invoke_reset_offset(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
@@ -224,7 +251,6 @@ class ToolsAdminProcessor:
         Unlike RocketMQ, txmq also commits the new offsets at once, so the reset holds even if a consumer dies before
         it persists them.
         """
-        broker = self.broker
         ext = cmd.ext_fields
         topic, group = ext.get("topic", ""), ext.get("group", "")
         try:
@@ -232,26 +258,26 @@ class ToolsAdminProcessor:
             force = parse_bool(ext.get("isForce", "false"))
         except ValueError:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "timestamp must be epoch milliseconds or -1")
-        cfg = broker.topics.get(topic)
+        cfg = self.topics.get(topic)
         if cfg is None:
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR, f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}"
             )
-        committed = broker.offsets.offsets_of(group, topic)
+        committed = self.offsets.offsets_of(group, topic)
         offsets: dict[int, int] = {}
         for qid in range(cfg.write_queue_nums):
             current = committed.get(qid)
             if current is None or current < 0:
                 return cmd.response(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
-            target = broker.consumer_admin.offset_for(topic, qid, "latest" if timestamp == -1 else str(timestamp))
+            target = self.consumer_admin.offset_for(topic, qid, "latest" if timestamp == -1 else str(timestamp))
             offsets[qid] = target if force or target < current else current
-        if not broker.clients.consumer_connections(group):
+        if not self.clients.consumer_connections(group):
             return cmd.response(
                 ResponseCode.CONSUMER_NOT_ONLINE,
                 f"Consumer not online, so can not reset offset, Group: {group} Topic: {topic} Timestamp: {timestamp}",
             )
-        await broker.consumer_admin.apply_reset(group, topic, offsets, str(timestamp))
-        name = broker.config.broker_name
+        await self.consumer_admin.apply_reset(group, topic, offsets, str(timestamp))
+        name = self.config.broker_name
         body = with_object_map("offsetTable", [(mq_key(topic, name, q), o) for q, o in sorted(offsets.items())], {})
         return cmd.response(body=body)
 

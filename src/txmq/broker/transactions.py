@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from txmq.broker.refusal import BrokerRefusal
+from txmq.broker.stored import answer_when_stored, put_status_code
 from txmq.broker.topics import (
     PERM_READ,
     PERM_WRITE,
@@ -124,7 +125,13 @@ from txmq.txn.rebuild import Folded, OpEvent, fold
 from txmq.util import atomic_write_bytes
 
 if TYPE_CHECKING:
-    from txmq.broker.broker import Broker
+    from txmq.broker.clients import ClientRegistry
+    from txmq.broker.config import BrokerConfig
+    from txmq.broker.offsets import ConsumerOffsetManager
+    from txmq.broker.schedule import ScheduleService
+    from txmq.broker.topics import TopicConfigManager
+    from txmq.clock import Clock
+    from txmq.store.message_store import MessageStore
 
 log = logging.getLogger("txmq.broker.transactions")
 
@@ -362,21 +369,39 @@ class TransactionService:
 
     tick_seconds = 1.0
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.config = broker.config
-        self.clock = broker.clock
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        clock: Clock,
+        store_host: tuple[str, int],
+        store: MessageStore,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        clients: ClientRegistry,
+        schedule: ScheduleService,
+        topic_changed: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.store_host = store_host
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.clients = clients
+        self.schedule = schedule
+        self.topic_changed = topic_changed
         # In-doubt transactions with a record (checked on schedule, listed, shown). A half message just prepared has
         # none yet: it waits in _fresh, and most are decided within milliseconds, so their record is never built.
         self._pending: dict[int, TransactionRecord] = {}
-        self.decided = DecisionWindow(_extra_int(broker.config, "transactionDecidedMax", DEFAULT_DECIDED_MAX))
+        self.decided = DecisionWindow(_extra_int(config, "transactionDecidedMax", DEFAULT_DECIDED_MAX))
         # Every transaction held in memory (pending, discarded, the last resolved ones), by half commit-log offset.
         self.records: dict[int, TransactionRecord] = {}
         self._resolved_order: collections.deque[int] = collections.deque()  # resolved records, oldest first
         self._alt_ids: dict[str, int] = {}  # transaction ids that differ from the UNIQ_KEY
         self.discarded_now = 0
-        self.history_max = _extra_int(broker.config, "transactionHistoryMax", DEFAULT_HISTORY_MAX)
-        self.counters = TxCounters(_extra_int(broker.config, "transactionResolutionWindow", DEFAULT_RESOLUTION_WINDOW))
+        self.history_max = _extra_int(config, "transactionHistoryMax", DEFAULT_HISTORY_MAX)
+        self.counters = TxCounters(_extra_int(config, "transactionResolutionWindow", DEFAULT_RESOLUTION_WINDOW))
         self._heap: list[tuple[int, int, int]] = []  # (due_ms, seq, half phys)
         self._seq = itertools.count()
         self._inflight: dict[int, list[asyncio.Future[None]]] = {}  # half phys -> waiters for its decision
@@ -390,7 +415,7 @@ class TransactionService:
         self._light: dict[int, tuple[str, str, int, int | None]] = {}
         self._placeholder: str | None = None  # offsetMsgId of offset 0 on this broker (see _store_batch)
         self._decisions: list[_Decision] = []  # decided in this event-loop turn, not yet handed to the store
-        config_dir = Path(broker.config.store_path_root_dir) / "config"
+        config_dir = Path(config.store_path_root_dir) / "config"
         self._journal_path = config_dir / JOURNAL_NAME
         self._legacy_checks_path = config_dir / LEGACY_CHECKS_NAME
         self._journal_buf: list[str] = []
@@ -402,8 +427,7 @@ class TransactionService:
     # -- life cycle ------------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         await self.rebuild()
         store.add_retention_guard(self.retention_guard)
         self._ready = True
@@ -594,7 +618,7 @@ class TransactionService:
             try:
                 copy_phys = self._find_committed_copy(entry)
                 if copy_phys is not None:
-                    copy_id = encode_offset_msg_id(self.broker.store_host, copy_phys)
+                    copy_id = encode_offset_msg_id(self.store_host, copy_phys)
                     await self._write_op(self._op_record(entry, COMMIT, BY_RECOVERY, copy_id))
                     self.decided[entry.phys] = COMMIT
                     self._pending.pop(entry.phys, None)
@@ -613,8 +637,7 @@ class TransactionService:
         )
 
     def _scan(self) -> tuple[list[TransactionRecord], dict[int, str]]:
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         half_entries: dict[int, tuple[int, int]] = {}  # half queue offset -> (phys, size)
         offset = store.min_offset(TRANS_HALF_TOPIC, 0)
         while True:
@@ -702,8 +725,7 @@ class TransactionService:
         return records, decided
 
     def _read_record(self, phys: int, size: int | None) -> TransactionRecord | None:
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         try:
             half = store.read_message(phys, size)
         except Exception as exc:
@@ -791,8 +813,7 @@ class TransactionService:
         )
 
     def _find_committed_copy(self, entry: TransactionRecord) -> int | None:
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         record = store.read_message(entry.phys, entry.size)
         if record is None:
             return None
@@ -808,15 +829,13 @@ class TransactionService:
     def _copies_by_key(self, topic: str, uniq_key: str) -> set[int]:
         """Where the key index has ``uniq_key`` in ``topic`` or in the schedule topic: a delayed message's committed
         copy waits there, right after the decision, and reaches ``topic`` only when it is due."""
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         return {*store.query_by_key(topic, uniq_key, 64), *store.query_by_key(SCHEDULE_TOPIC, uniq_key, 64)}
 
     def _committed_copies(self, half_phys: int, candidates: Iterable[int]) -> Iterator[tuple[int, MessageRecord]]:
         """The committed copies of the half message at ``half_phys`` among the records at ``candidates``, oldest
         first."""
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         for phys in sorted(candidates):
             if phys <= half_phys:
                 continue
@@ -900,8 +919,7 @@ class TransactionService:
         phys = self._alt_ids.get(ident)
         if phys is not None and phys in self.records:
             return self.records[phys]
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         if len(ident) in (32, 56):
             with contextlib.suppress(RecordDecodeError):
                 _host, offset = decode_offset_msg_id(ident)
@@ -923,8 +941,7 @@ class TransactionService:
         rec = self.records.get(offset)
         if rec is not None and rec.half_msg_id == msg_id:
             return rec
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         try:
             record = store.read_message(offset)
         except Exception:
@@ -955,7 +972,7 @@ class TransactionService:
             rec = self._read_record(half_phys, None)
             if rec is not None:
                 decision, by, at, copy_phys = light
-                copy_msg_id = None if copy_phys is None else encode_offset_msg_id(self.broker.store_host, copy_phys)
+                copy_msg_id = None if copy_phys is None else encode_offset_msg_id(self.store_host, copy_phys)
                 self._apply_history(rec, _Outcome(decision, at, by, copy_msg_id), None, None)
                 return rec
         decision = self.decided.get(half_phys)
@@ -975,8 +992,7 @@ class TransactionService:
         """The op marker of ``rec`` (``phys``, ``queue_offset``, ``uniq_key``) that holds ``decision``, or any but
         DISCARD when None: via the key index (txmq markers carry the half message's UNIQ_KEY in KEYS), else by
         reading the op queue backwards."""
-        store = self.broker.store
-        assert store is not None
+        store = self.store
 
         def match(op: MessageRecord | None) -> _Outcome | None:
             if op is None or op.tags != OP_TAG:
@@ -1020,8 +1036,7 @@ class TransactionService:
         """The op record stored in the same append as the committed copy of the half message at ``half_phys``: a
         COMMIT's marker lists no KEYS (the copy, which the key index finds by UNIQ_KEY, leads to it), and the copies
         of one append come right before their marker."""
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         if not topic:
             return None
         first = next(self._committed_copies(half_phys, self._copies_by_key(topic, uniq_key)), None)
@@ -1094,8 +1109,7 @@ class TransactionService:
             return verdict.code, (
                 f"[TXMQ] transaction {_name(rec)} is {rec.state.value}; only a DISCARDED transaction can be resumed"
             )
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         try:
             half = store.read_message(rec.phys, rec.size)
         except Exception:
@@ -1127,7 +1141,6 @@ class TransactionService:
         self, cmd: RemotingCommand, record: MessageRecord, queue_id: int
     ) -> RemotingCommand | asyncio.Future[RemotingCommand]:
         """Store a half message; the response at once on refusal, else a future of it (no task per message)."""
-        broker = self.broker
         if self.config.reject_transaction_message:
             return cmd.response(
                 ResponseCode.NO_PERMISSION,
@@ -1156,12 +1169,16 @@ class TransactionService:
         record.topic = TRANS_HALF_TOPIC
         record.queue_id = 0
         record.sys_flag &= ~TRANSACTION_MASK  # TransactionType.NOT_TYPE
-        if TRANS_HALF_TOPIC not in broker.topics.topics:
-            broker.topics.ensure(TRANS_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)
-            broker.topic_changed()
-        assert broker.store is not None
-        return broker.send_processor.answer_when_stored(
-            cmd, broker.store.put_future(record), queue_id, functools.partial(self._prepared, record)
+        if TRANS_HALF_TOPIC not in self.topics.topics:
+            self.topics.ensure(TRANS_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)
+            self.topic_changed()
+        return answer_when_stored(
+            cmd,
+            self.store.put_future(record),
+            queue_id,
+            self.config,
+            self.store_host,
+            functools.partial(self._prepared, record),
         )
 
     def _prepared(self, record: MessageRecord, result: Any) -> None:
@@ -1278,8 +1295,7 @@ class TransactionService:
         half = self._fresh.get(phys)
         fresh = half is not None
         if half is None:
-            store = self.broker.store
-            assert store is not None
+            store = self.store
             try:
                 half = store.read_message(phys)
             except Exception as exc:
@@ -1393,11 +1409,10 @@ class TransactionService:
     def _append_batch(self, batch: list[_Decision]) -> None:
         """The marker lists the UNIQ_KEYs (KEYS, for the key index) of its ROLLBACK decisions only: a COMMIT's
         marker is found from its copy (see _marker_after_copy), which spares the index one entry per commit."""
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         placeholder = self._placeholder
         if placeholder is None:
-            placeholder = self._placeholder = encode_offset_msg_id(self.broker.store_host, 0)
+            placeholder = self._placeholder = encode_offset_msg_id(self.store_host, 0)
         copies = [d.copy for d in batch if d.copy is not None]
         marker = self._op_marker(
             *marker_fields(
@@ -1421,7 +1436,7 @@ class TransactionService:
             return
         results = done.result()
         marked = results[-1]  # an append is stored whole or refused whole
-        code = self.broker.put_status_code(marked)
+        code = put_status_code(marked)
         if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
             if len(batch) > 1 and code == ResponseCode.MESSAGE_ILLEGAL:
                 for d in batch:  # one record the store refuses must not fail the others: each on its own
@@ -1506,7 +1521,7 @@ class TransactionService:
             if rec is None:
                 rec = self.records.get(phys)  # built while the decision was being stored
             if rec is not None:
-                copy_msg_id = None if copy_phys is None else encode_offset_msg_id(self.broker.store_host, copy_phys)
+                copy_msg_id = None if copy_phys is None else encode_offset_msg_id(self.store_host, copy_phys)
                 self._resolve_record(rec, decision, by, copy_msg_id)
         if by == BY_OPERATOR:
             log.warning("transaction %s of group %s: %s by an operator", msg_id, group, decision)
@@ -1528,7 +1543,7 @@ class TransactionService:
             half.born_timestamp,
             half.born_host,
             0,  # store timestamp: the writer's
-            self.broker.store_host,
+            self.store_host,
             half.reconsume_times,
             half.physical_offset,  # PREPARED TX OFFSET
             props,
@@ -1544,7 +1559,7 @@ class TransactionService:
         delay = record.properties.get(Prop.DELAY)
         if delay and delay != "0":
             try:
-                record = self.broker.schedule.redirect(record, delay)
+                record = self.schedule.redirect(record, delay)
             except BrokerRefusal as exc:
                 return exc.code, exc.remark
         return record
@@ -1568,8 +1583,7 @@ class TransactionService:
 
     async def _write_op(self, record: MessageRecord) -> bool:
         """Store an op marker (from :meth:`_op_record`) on its own."""
-        assert self.broker.store is not None
-        result = await self.broker.store.put(record)
+        result = await self.store.put(record)
         props = record.properties
         return self._marker_stored(result, OP_TAG, props[PROP_DECISION], props[PROP_HALF_PHYS])
 
@@ -1581,23 +1595,21 @@ class TransactionService:
         return self._op_marker(str(target.queue_offset).encode("ascii"), props, tag)
 
     def _op_marker(self, body: bytes, props: dict[str, str], tag: str = OP_TAG) -> MessageRecord:
-        broker = self.broker
-        if broker.topics.ensure(TRANS_OP_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)[1]:
-            broker.topic_changed()
+        if self.topics.ensure(TRANS_OP_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)[1]:
+            self.topic_changed()
         # No UNIQ_KEY of its own, as in RocketMQ: nobody looks a marker up by it, and the key index need not hold it.
         return MessageRecord(
             topic=TRANS_OP_HALF_TOPIC,
             body=body,
             queue_id=0,
             born_timestamp=self.clock.now_ms(),
-            born_host=broker.store_host,
-            store_host=broker.store_host,
+            born_host=self.store_host,
+            store_host=self.store_host,
             properties={Prop.TAGS: tag, **props},
         )
 
     async def _write_marker(self, target: Any, tag: str, extra: dict[str, str]) -> bool:
-        assert self.broker.store is not None
-        result = await self.broker.store.put(self._marker_record(target, tag, extra))
+        result = await self.store.put(self._marker_record(target, tag, extra))
         return self._marker_stored(result, tag, extra.get(PROP_DECISION, ""), target.phys)
 
     @staticmethod
@@ -1667,25 +1679,22 @@ class TransactionService:
 
     def _commit_progress(self) -> None:
         """Record RocketMQ's consumed offsets of the half and op queues for CID_RMQ_SYS_TRANS (for admin tools)."""
-        store = self.broker.store
-        if store is None:
-            return
+        store = self.store
         lowest = min(
             (p.queue_offset for p in [*self._pending.values(), *self._fresh.values()]),
             default=None,
         )
         half_end = store.max_offset(TRANS_HALF_TOPIC, 0)
         if half_end:
-            self.broker.offsets.commit(SYS_TRANS_GROUP, TRANS_HALF_TOPIC, 0, half_end if lowest is None else lowest)
+            self.offsets.commit(SYS_TRANS_GROUP, TRANS_HALF_TOPIC, 0, half_end if lowest is None else lowest)
         op_end = store.max_offset(TRANS_OP_HALF_TOPIC, 0)
         if op_end:
-            self.broker.offsets.commit(SYS_TRANS_GROUP, TRANS_OP_HALF_TOPIC, 0, op_end)
+            self.offsets.commit(SYS_TRANS_GROUP, TRANS_OP_HALF_TOPIC, 0, op_end)
 
     def _send_check(self, entry: PendingTransaction, now: int) -> bool:
         """Send CHECK_TRANSACTION_STATE to a live producer of the group; True when it went out (and so counts)."""
-        store = self.broker.store
-        assert store is not None
-        channel = self.broker.clients.pick_producer(entry.group, lambda c: not getattr(c, "closed", False))
+        store = self.store
+        channel = self.clients.pick_producer(entry.group, lambda c: not getattr(c, "closed", False))
         if channel is None:
             if not entry.waiting_for_producer:
                 log.info("transaction %s waits: no producer of group %s is online", entry.uniq_key, entry.group)
@@ -1737,14 +1746,12 @@ class TransactionService:
         return True
 
     async def _discard(self, entry: TransactionRecord) -> None:
-        broker = self.broker
-        store = broker.store
-        assert store is not None
+        store = self.store
         half = store.read_message(entry.phys, entry.size)
         if half is None:
             raise ValueError(f"no half message at commit-log offset {entry.phys}")
-        if broker.topics.ensure(TRANS_CHECK_MAX_TIME_TOPIC, 1, PERM_READ | PERM_WRITE)[1]:
-            broker.topic_changed()
+        if self.topics.ensure(TRANS_CHECK_MAX_TIME_TOPIC, 1, PERM_READ | PERM_WRITE)[1]:
+            self.topic_changed()
         copy = MessageRecord(
             topic=TRANS_CHECK_MAX_TIME_TOPIC,
             body=half.body,
@@ -1753,7 +1760,7 @@ class TransactionService:
             sys_flag=with_transaction_type(half.sys_flag, TransactionType.NOT_TYPE),
             born_timestamp=half.born_timestamp,
             born_host=half.born_host,
-            store_host=broker.store_host,
+            store_host=self.store_host,
             reconsume_times=half.reconsume_times,
             properties={**half.properties, Prop.TRANSACTION_CHECK_TIMES: str(entry.checks)},
         )
@@ -1762,7 +1769,7 @@ class TransactionService:
             raise OSError(f"copying to {TRANS_CHECK_MAX_TIME_TOPIC} failed: {result}")
         if self._pending.get(entry.phys) is not entry:
             return  # decided while the copy was stored: the decision stands
-        copy_msg_id = encode_offset_msg_id(broker.store_host, result.physical_offset)
+        copy_msg_id = encode_offset_msg_id(self.store_host, result.physical_offset)
         self._pending.pop(entry.phys, None)
         self.decided[entry.phys] = DISCARD
         await self._write_op(self._op_record(entry, DISCARD, BY_BROKER, copy_msg_id))

@@ -19,7 +19,7 @@ from txmq.protocol.codes import ResponseCode, TxmqRequestCode
 from txmq.protocol.frame import RemotingCommand
 
 if TYPE_CHECKING:
-    from txmq.broker.broker import Broker
+    from txmq.broker.config import BrokerConfig
 
 log = logging.getLogger("txmq.broker.transactions")
 
@@ -77,8 +77,9 @@ def _ident(data: dict[str, Any]) -> str:
 class TransactionAdminProcessor:
     """The handlers of :class:`TxmqRequestCode`, bound to one broker."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, *, config: BrokerConfig, transactions: TransactionService) -> None:
+        self.config = config
+        self.transactions = transactions
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -91,7 +92,7 @@ class TransactionAdminProcessor:
 
     def _wrap(self, handler: Any) -> Any:
         async def run(_conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-            service = self.broker.transactions
+            service = self.transactions
             if not isinstance(service, TransactionService):
                 raise BrokerRefusal(ResponseCode.SYSTEM_ERROR, "[TXMQ] transactions are not enabled on this broker")
             try:
@@ -102,8 +103,8 @@ class TransactionAdminProcessor:
                 log.exception("transaction admin request %d failed", cmd.code)
                 return cmd.response(ResponseCode.SYSTEM_ERROR, f"[TXMQ] {type(exc).__name__}: {exc}")
             if answer is not None:
-                answer.setdefault("brokerName", self.broker.config.broker_name)
-                answer.setdefault("brokerAddr", self.broker.config.broker_addr)
+                answer.setdefault("brokerName", self.config.broker_name)
+                answer.setdefault("brokerAddr", self.config.broker_addr)
             return cmd.response(code, remark, body=orjson.dumps(answer) if answer is not None else b"")
 
         return run
@@ -114,7 +115,7 @@ class TransactionAdminProcessor:
     def _not_found(self, ident: str) -> BrokerRefusal:
         return BrokerRefusal(
             ResponseCode.QUERY_NOT_FOUND,
-            f"[TXMQ] no transaction {ident} on broker {self.broker.config.broker_name} "
+            f"[TXMQ] no transaction {ident} on broker {self.config.broker_name} "
             "(looked up as transaction id, UNIQ_KEY, and msgId of the half, delivered or discarded message)",
         )
 

@@ -1,0 +1,305 @@
+"""The composition root: opens the store, builds every part of the broker with only the collaborators it uses,
+registers the request handlers, and starts and stops the parts in order."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from txmq.acl.service import AclService
+from txmq.broker.admin import AdminProcessor
+from txmq.broker.clients import ClientRegistry
+from txmq.broker.config import BrokerConfig
+from txmq.broker.consumer_admin import ConsumerAdminProcessor, lock_lifetime_seconds
+from txmq.broker.filters import ConsumerFilters
+from txmq.broker.locks import QueueLockManager
+from txmq.broker.longpoll import PullHoldService
+from txmq.broker.notify import ConsumerIdsNotifier
+from txmq.broker.offsets import ConsumerOffsetManager
+from txmq.broker.pull import PullProcessor
+from txmq.broker.refusal import Handler, answering_refusals
+from txmq.broker.registration import NameServerRegistration
+from txmq.broker.runtime import BrokerStats, RuntimeInfo
+from txmq.broker.schedule import ScheduleService
+from txmq.broker.send import SendProcessor
+from txmq.broker.subscriptions import SubscriptionGroupManager
+from txmq.broker.tools_admin import ToolsAdminProcessor
+from txmq.broker.topics import TopicConfigManager
+from txmq.broker.transactions import TransactionService
+from txmq.broker.tx_admin import TransactionAdminProcessor
+from txmq.clock import SYSTEM_CLOCK, Clock
+from txmq.net import Dispatcher, Server
+from txmq.protocol.codes import RequestCode
+from txmq.store.config import StoreConfig
+from txmq.store.message_store import MessageStore
+
+log = logging.getLogger("txmq.broker")
+
+CLIENT_SCAN_SECONDS = 10.0
+OFFSET_PERSIST_SECONDS = 5.0
+
+
+def store_config_of(config: BrokerConfig) -> StoreConfig:
+    return StoreConfig.from_properties({**config.store_properties(), "messageDelayLevel": config.message_delay_level})
+
+
+class BrokerApp:
+    """A broker whose store is open and whose server listens: build it with ``await BrokerApp.open(config)``, then
+    ``await start()`` its timers and services, and ``await close()``."""
+
+    @classmethod
+    async def open(cls, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK, host: str = "0.0.0.0") -> BrokerApp:
+        """Open (recover) the store, then listen; a ``listen_port`` of 0 becomes the port picked. The handlers are
+        registered before the event loop runs again, so no request meets a half-built broker."""
+        store_config = store_config_of(config)
+        store = MessageStore(store_config, clock=clock)
+        await store.start()
+        server: Server | None = None
+        try:
+            dispatcher = Dispatcher()
+            acl = AclService.from_broker_config(config, clock=clock) if config.acl_enable else None
+            if acl is not None:
+                acl.install(dispatcher)
+            server = await Server.start(host, config.listen_port, dispatcher, clock=clock)
+            if config.listen_port == 0:
+                config.listen_port = server.port
+            return cls(
+                config=config,
+                clock=clock,
+                store_config=store_config,
+                store=store,
+                dispatcher=dispatcher,
+                server=server,
+                acl=acl,
+            )
+        except BaseException:
+            if server is not None:
+                await server.close()
+            await store.close()
+            raise
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        clock: Clock,
+        store_config: StoreConfig,
+        store: MessageStore,
+        dispatcher: Dispatcher,
+        server: Server,
+        acl: AclService | None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.store_config = store_config
+        self.store = store
+        self.dispatcher = dispatcher
+        self.server = server
+        self.acl = acl
+        self.store_host: tuple[str, int] = (config.advertised_ip, config.listen_port)
+        self.started_at_ms = clock.now_ms()
+        config_dir = Path(config.store_path_root_dir) / "config"
+        store_host = self.store_host
+
+        # Bookkeeping: files under config/ and in-memory registries.
+        self.topics = TopicConfigManager(
+            config_dir / "topics.json",
+            cluster_name=config.broker_cluster_name,
+            broker_name=config.broker_name,
+            default_queue_nums=config.default_topic_queue_nums,
+            auto_create=config.auto_create_topic_enable,
+            cluster_topic=config.cluster_topic_enable,
+            broker_topic=config.broker_topic_enable,
+            clock=clock,
+        )
+        self.offsets = ConsumerOffsetManager(config_dir / "consumerOffset.json")
+        self.subscriptions = SubscriptionGroupManager(
+            config_dir / "subscriptionGroup.json", auto_create=config.auto_create_subscription_group
+        )
+        self.clients = ClientRegistry(expiry_seconds=config.client_channel_expired_seconds)
+        self.locks = QueueLockManager(lock_lifetime_seconds(config))
+        self.pull_holds = PullHoldService(clock)
+        self.filters = ConsumerFilters()
+        self.stats = BrokerStats()
+        self.notifier = ConsumerIdsNotifier(self.clients, self.subscriptions)
+        self.registration = NameServerRegistration(config=config, clock=clock, topics=self.topics)
+        topic_changed = self.registration.topic_changed
+
+        # Services and processors.
+        self.schedule = ScheduleService(
+            config=config,
+            clock=clock,
+            store_host=store_host,
+            store=store,
+            levels_ms=store_config.delay_levels_ms(),
+            topics=self.topics,
+            subscriptions=self.subscriptions,
+            topic_changed=topic_changed,
+            config_dir=config_dir,
+        )
+        self.transactions = TransactionService(
+            config=config,
+            clock=clock,
+            store_host=store_host,
+            store=store,
+            topics=self.topics,
+            offsets=self.offsets,
+            clients=self.clients,
+            schedule=self.schedule,
+            topic_changed=topic_changed,
+        )
+        self.send_processor = SendProcessor(
+            config=config,
+            store_host=store_host,
+            store=store,
+            topics=self.topics,
+            subscriptions=self.subscriptions,
+            transactions=self.transactions,
+            schedule=self.schedule,
+            topic_changed=topic_changed,
+        )
+        self.pull_processor = PullProcessor(
+            config=config,
+            clock=clock,
+            store=store,
+            topics=self.topics,
+            subscriptions=self.subscriptions,
+            clients=self.clients,
+            offsets=self.offsets,
+            pull_holds=self.pull_holds,
+            filters=self.filters,
+            stats=self.stats,
+        )
+        self.consumer_admin = ConsumerAdminProcessor(
+            config=config,
+            store_host=store_host,
+            store=store,
+            topics=self.topics,
+            subscriptions=self.subscriptions,
+            clients=self.clients,
+            offsets=self.offsets,
+            config_dir=config_dir,
+        )
+        self.tools_admin = ToolsAdminProcessor(
+            config=config,
+            store_config=store_config,
+            clock=clock,
+            started_at_ms=self.started_at_ms,
+            store=store,
+            topics=self.topics,
+            clients=self.clients,
+            offsets=self.offsets,
+            stats=self.stats,
+            consumer_admin=self.consumer_admin,
+        )
+        self.runtime_info = RuntimeInfo(
+            config=config,
+            clock=clock,
+            started_at_ms=self.started_at_ms,
+            store=store,
+            stats=self.stats,
+            pull_holds=self.pull_holds,
+            tools_admin=self.tools_admin,
+            transactions=self.transactions,
+        )
+        self.admin = AdminProcessor(
+            config=config,
+            clock=clock,
+            store=store,
+            topics=self.topics,
+            subscriptions=self.subscriptions,
+            clients=self.clients,
+            offsets=self.offsets,
+            locks=self.locks,
+            filters=self.filters,
+            notifier=self.notifier,
+            topic_changed=topic_changed,
+            register_now=self.registration.register_now,
+            broker_runtime_info=self.runtime_info,
+        )
+        self.tx_admin = TransactionAdminProcessor(config=config, transactions=self.transactions)
+
+        store.on_new_messages(self.pull_holds.notify)
+        self._register_handlers()
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    def _register_handlers(self) -> None:
+        handlers: dict[int, Handler] = {}
+        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+            handlers[code] = self.send_processor.handle
+        handlers[RequestCode.PULL_MESSAGE] = self.pull_processor.handle
+        handlers[RequestCode.LITE_PULL_MESSAGE] = self.pull_processor.handle
+        handlers.update(self.admin.handlers())
+        handlers[RequestCode.END_TRANSACTION] = self.transactions.end_transaction
+        handlers.update(self.tx_admin.handlers())
+        handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = self.schedule.send_back
+        handlers.update(self.consumer_admin.handlers())
+        handlers.update(self.tools_admin.handlers())
+        for code, handler in handlers.items():
+            self.dispatcher.register(code, answering_refusals(handler))
+
+    # -- lifecycle
+
+    async def start(self) -> None:
+        self.registration.start()
+        self._tasks = [
+            asyncio.create_task(self._client_scan_loop(), name="broker-client-scan"),
+            asyncio.create_task(self._offset_persist_loop(), name="broker-offsets"),
+            asyncio.create_task(self._stats_sample_loop(), name="broker-stats"),
+        ]
+        await self.transactions.start()
+        await self.schedule.start()
+        if self.acl is not None:
+            await self.acl.start()
+        log.info(
+            "broker %s (%s) serving on %s, store %s, flush %s",
+            self.config.broker_name,
+            self.config.broker_cluster_name,
+            self.config.broker_addr,
+            self.store_config.store_path_root_dir,
+            self.config.flush_disk_type,
+        )
+
+    async def close(self) -> None:
+        self.registration.stop()
+        for task in self._tasks:
+            task.cancel()
+        await self.transactions.close()
+        await self.schedule.close()
+        if self.acl is not None:
+            await self.acl.close()
+        await self.registration.unregister()
+        self.pull_holds.release_all()
+        await self.server.close()
+        self.registration.close_connections()
+        self.offsets.persist(force=True)
+        await self.store.close()
+
+    # -- timers
+
+    async def _client_scan_loop(self) -> None:
+        while True:
+            await self.clock.sleep(CLIENT_SCAN_SECONDS)
+            changed, dead = self.clients.expire(self.clock.monotonic())
+            for conn in dead:
+                log.info(
+                    "client channel %r expired (no heartbeat for %ds)", conn, self.config.client_channel_expired_seconds
+                )
+                conn.close("no heartbeat")
+            for group in changed:
+                self.notifier.notify_consumer_ids_changed(group)
+
+    async def _stats_sample_loop(self) -> None:
+        while True:
+            self.tools_admin.sample()
+            await self.clock.sleep(1.0)
+
+    async def _offset_persist_loop(self) -> None:
+        while True:
+            await self.clock.sleep(OFFSET_PERSIST_SECONDS)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.offsets.persist)
+            except OSError as exc:
+                log.error("persisting consumer offsets failed: %s", exc)

@@ -1,0 +1,79 @@
+"""The answer to a put once the store has it: the response code of a put result, and the send response (as a future
+of the store's put future, so a send costs no task)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from txmq.broker.config import BrokerConfig
+from txmq.protocol.codes import ResponseCode
+from txmq.protocol.frame import RemotingCommand
+from txmq.protocol.record import encode_offset_msg_id
+from txmq.store.message_store import PutStatus
+
+
+def put_status_code(result: Any) -> int:
+    """The response code of a store put result."""
+    status = result.status
+    if status is PutStatus.PUT_OK:
+        return ResponseCode.SUCCESS
+    if status is PutStatus.FLUSH_DISK_TIMEOUT:
+        return ResponseCode.FLUSH_DISK_TIMEOUT
+    if status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
+        return ResponseCode.MESSAGE_ILLEGAL
+    if status is PutStatus.SERVICE_NOT_AVAILABLE:
+        return ResponseCode.SERVICE_NOT_AVAILABLE
+    return ResponseCode.SYSTEM_ERROR
+
+
+def send_response(
+    cmd: RemotingCommand,
+    result: Any,
+    queue_id: int,
+    config: BrokerConfig,
+    store_host: tuple[str, int],
+    msg_ids: str | None = None,
+) -> RemotingCommand:
+    """SEND_MESSAGE's response to a put ``result``: msgId (offsetMsgId), queueId, queueOffset."""
+    code = put_status_code(result)
+    if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+        return cmd.response(code, f"storing the message failed: {getattr(result, 'status', result)}")
+    ext = {
+        "msgId": msg_ids or encode_offset_msg_id(store_host, result.physical_offset),
+        "queueId": str(queue_id),
+        "queueOffset": str(result.queue_offset),
+        "MSG_REGION": config.region_id,
+        "TRACE_ON": "true" if config.trace_on else "false",
+    }
+    return cmd.response(code, None, ext)
+
+
+def answer_when_stored(
+    cmd: RemotingCommand,
+    stored: asyncio.Future[Any],
+    queue_id: int,
+    config: BrokerConfig,
+    store_host: tuple[str, int],
+    on_stored: Callable[[Any], None] | None = None,
+) -> asyncio.Future[RemotingCommand]:
+    """The send response as a future of the store's put future (a callback, no task per message);
+    ``on_stored(result)`` runs first when the record was stored."""
+    answer: asyncio.Future[RemotingCommand] = stored.get_loop().create_future()
+
+    def respond(done: asyncio.Future[Any]) -> None:
+        if answer.done():
+            return
+        if done.cancelled():
+            answer.cancel()
+        elif (exc := done.exception()) is not None:
+            answer.set_exception(exc)
+        else:
+            result = done.result()
+            if on_stored is not None and result.ok:
+                on_stored(result)
+            answer.set_result(send_response(cmd, result, queue_id, config, store_host))
+
+    stored.add_done_callback(respond)
+    return answer
