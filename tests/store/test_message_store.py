@@ -503,13 +503,14 @@ def test_a_store_directory_can_be_open_only_once(tmp_path: Any) -> None:
 async def test_a_dead_writer_thread_never_leaves_puts_hanging(make_store: MakeStore) -> None:
     store = make_store()
 
-    original = store._run_group
+    writer = store._writer
+    original = writer._run_group
 
     def buggy(reqs: Any) -> None:
         original(reqs)  # the group completes, then the loop itself fails
         raise RuntimeError("a bug in the writer loop")
 
-    store._run_group = buggy  # type: ignore[method-assign]
+    writer._run_group = buggy  # type: ignore[method-assign]
     first = await store.put(make_record("D", 0, b"written"))
     assert first.ok
     later = [await store.put(make_record("D", 0, b"after")) for _ in range(3)]
@@ -600,14 +601,14 @@ async def test_the_key_index_is_flushed_less_often_than_the_consume_queues(make_
 def test_the_writer_indexes_itself_when_the_indexer_falls_behind(
     make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from txmq.store import message_store
+    from txmq.store import background
 
-    monkeypatch.setattr(message_store, "_INDEX_WAKE_AT", 4)
-    monkeypatch.setattr(message_store, "_INDEX_BACKLOG_MAX", 8)
-    monkeypatch.setattr(MessageStore, "_indexer_main", lambda self: None)  # an indexer that never gets to run
+    monkeypatch.setattr(background, "_INDEX_WAKE_AT", 4)
+    monkeypatch.setattr(background, "_INDEX_BACKLOG_MAX", 8)
+    monkeypatch.setattr(background.KeyIndexer, "_run", lambda self: None)  # an indexer that never gets to run
     store = make_store()
     for i in range(40):
         assert store.put_sync(make_record("B", 0, b"x", uniq=f"{i:032X}")).ok
-        assert len(store._index_backlog) < 8  # bounded: memory, and the catch-up a query or checkpoint must do
+        assert len(store._indexer._backlog) < 8  # bounded: memory, and the catch-up a query or checkpoint must do
     assert store.key_index.max_physical_offset() > 0  # indexed by the writer, not by the (absent) indexer
     assert len(store.query_by_key("B", f"{39:032X}", 10)) == 1

@@ -1,0 +1,582 @@
+"""The append pipeline: one writer at a time assigns offsets, writes each group of pending appends with as few
+``pwritev`` calls as possible, dispatches consume-queue entries (and hands them to the key indexer), fdatasyncs
+(SYNC_FLUSH), publishes what became visible and completes the waiting requests, one ``call_soon_threadsafe`` per
+event loop per group. The writer is the writer thread, or a thread calling the blocking ``put_sync`` while the writer
+is idle (it then writes its own group under the same append lock)."""
+
+from __future__ import annotations
+
+import _thread
+import asyncio
+import enum
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from txmq.clock import Clock
+from txmq.errors import StoreClosedError, StoreError
+from txmq.protocol.record import Host, MessageRecord, encode_offset_msg_id
+from txmq.protocol.record.layout import I64, QO_PO, QUEUE_OFFSET_POS
+from txmq.store.background import KeyIndexer
+from txmq.store.commit_log import CommitLog, blank_for
+from txmq.store.config import StoreConfig
+from txmq.store.dispatch import DispatchRequest
+from txmq.store.entry import AppendEntry, EntryError, encode_entry, entry_from_bytes
+from txmq.store.state import Health, Published
+from txmq.store.stats import StoreStats
+
+if TYPE_CHECKING:
+    from txmq.store.message_store import ConsumeQueueLike
+
+log = logging.getLogger("txmq.store")
+
+
+class PutStatus(enum.Enum):
+    """RocketMQ's PutMessageStatus values that txmq produces."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPEDFILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class PutResult:
+    """The outcome of one stored (or refused) record. ``physical_offset`` and ``store_host`` make the offsetMsgId."""
+
+    __slots__ = ("physical_offset", "queue_offset", "remark", "size", "status", "store_host", "store_timestamp")
+
+    def __init__(
+        self,
+        status: PutStatus,
+        physical_offset: int = -1,
+        queue_offset: int = -1,
+        store_timestamp: int = 0,
+        size: int = 0,
+        store_host: Host | None = None,
+        remark: str | None = None,
+    ) -> None:
+        self.status = status
+        self.physical_offset = physical_offset
+        self.queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self.size = size
+        self.store_host = store_host
+        self.remark = remark
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
+
+    @property
+    def msg_id(self) -> str:
+        """offsetMsgId: store host + commit-log offset."""
+        if self.store_host is None or self.physical_offset < 0:
+            raise StoreError(f"no offsetMsgId for a put that failed with {self.status.value}")
+        return encode_offset_msg_id(self.store_host, self.physical_offset)
+
+    def __repr__(self) -> str:
+        if self.ok:
+            return (
+                f"PutResult(PUT_OK, phys={self.physical_offset}, queue_offset={self.queue_offset}, "
+                f"size={self.size}, store_timestamp={self.store_timestamp})"
+            )
+        return f"PutResult({self.status.value}, {self.remark!r})"
+
+
+NewMessagesCallback = Callable[[str, int, int], Any]
+
+
+class _Request:
+    """One put or put_many waiting for the writer."""
+
+    __slots__ = ("entries", "future", "link", "loop", "result", "single", "waiter")
+
+    def __init__(
+        self,
+        entries: list[AppendEntry],
+        future: asyncio.Future[Any] | None,
+        loop: asyncio.AbstractEventLoop | None,
+        single: bool,
+    ) -> None:
+        self.entries = entries
+        self.future = future
+        self.loop = loop
+        self.single = single
+        self.result: Any = None
+        self.waiter: Any = None
+        # Byte positions in the last entry that receive the offsets (hex) of the entries before it, in order.
+        self.link: list[int] | None = None
+
+
+def _link_positions(entries: list[AppendEntry], prop: str) -> list[int]:
+    """Where the 16 offset hex digits of each offsetMsgId placeholder in property ``prop`` of the last entry start.
+
+    The value is a comma-separated list; empty items are skipped, and there must be one placeholder per entry
+    before the last."""
+    if len(entries) < 2:
+        raise ValueError("a link needs a record before the linking one")
+    buf = entries[-1][0]
+    name = prop.encode() + b"\x01"
+    start = buf.rfind(name)
+    if start < 0:
+        raise ValueError(f"the last record has no property {prop}")
+    begin = start + len(name)
+    end = buf.find(b"\x02", begin)
+    if end < 0:
+        end = len(buf)
+    positions = []
+    pos = begin
+    for item in bytes(buf[begin:end]).split(b","):
+        if item:
+            if len(item) not in (32, 56):
+                raise ValueError(f"property {prop} is not an offsetMsgId placeholder: {item!r}")
+            positions.append(pos + len(item) - 16)
+        pos += len(item) + 1
+    if len(positions) != len(entries) - 1:
+        raise ValueError(f"property {prop} has {len(positions)} placeholders for {len(entries) - 1} records before it")
+    return positions
+
+
+class _Task:
+    """A function the writer thread runs between groups (retention, forced checkpoints)."""
+
+    __slots__ = ("done", "error", "fn", "result")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.done = _thread.allocate_lock()
+        self.done.acquire()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+_STOP = object()
+
+
+def _complete_on_loop(
+    reqs: list[_Request], updates: list[tuple[tuple[str, int], int]] | None, hooks: list[NewMessagesCallback]
+) -> None:
+    """Runs on an event loop: resolve that loop's futures of one group, then tell the new-message hooks."""
+    for req in reqs:
+        fut = req.future
+        if fut is not None and not fut.done():
+            fut.set_result(req.result)
+    if updates and hooks:
+        for (topic, queue_id), max_offset in updates:
+            for hook in hooks:
+                try:
+                    hook(topic, queue_id, max_offset)
+                except Exception:
+                    log.exception("new-message hook %r failed", hook)
+
+
+class Writer:
+    """The append pipeline: requests in, groups written, results and new-message hooks out."""
+
+    def __init__(
+        self,
+        commit_log: CommitLog,
+        indexer: KeyIndexer,
+        config: StoreConfig,
+        clock: Clock,
+        stats: StoreStats,
+        published: Published,
+        health: Health,
+    ) -> None:
+        self.consume_queue: ConsumeQueueLike = None  # type: ignore[assignment]  # set when the store opens
+        self._commit_log = commit_log
+        self._indexer = indexer
+        self._clock = clock
+        self._stats = stats
+        self._published = published
+        self._health = health
+        self._segment_size = config.mapped_file_size_commit_log
+        self._max_body = config.max_message_size
+        # A record must leave room for the end-of-file blank in an otherwise empty segment.
+        self._max_record = config.mapped_file_size_commit_log - 8
+        self._delay_levels = config.delay_levels_ms()
+        self._sync = config.sync_flush
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        # Held by whoever writes a group: the writer thread, or a blocking appender writing its own (put_many_sync).
+        self._append_lock = threading.Lock()
+        self._hooks: dict[asyncio.AbstractEventLoop | None, list[NewMessagesCallback]] = {}
+        self._loop_batches: dict[asyncio.AbstractEventLoop, list[_Request]] = {}  # each touched by its loop only
+        # Writer state (whoever holds the append lock; set by reset() after recovery).
+        self._seg: Any = None
+        self._next_offsets: dict[tuple[str, int], int] = {}
+
+    # ------------------------------------------------------------------------------------------ life cycle
+
+    def reset(self, next_offsets: dict[tuple[str, int], int]) -> None:
+        """Continue after recovery: the published written position and these next queue offsets."""
+        self._seg = None
+        self._next_offsets = next_offsets
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name="txmq-store-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Finish every queued append and end the writer thread."""
+        self._queue.put(_STOP)
+        if self._thread is not None:
+            self._thread.join()
+
+    def wait_idle(self) -> None:
+        """Wait until no group is being written (a blocking appender writing its own finishes first)."""
+        with self._append_lock:
+            pass
+
+    def fail_leftovers(self) -> None:
+        """Answer whatever is still queued: the store is closed or failed."""
+        health = self._health
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            remark = f"the store failed: {health.failure}" if health.failure else "the store is closed"
+            if isinstance(item, list):
+                self._finish_failed(item, PutStatus.SERVICE_NOT_AVAILABLE, remark)
+            elif isinstance(item, _Task):
+                item.error = StoreError(remark) if health.failure else StoreClosedError(remark)
+                item.done.release()
+
+    # ------------------------------------------------------------------------------------------ appending
+
+    def put_future(self, record: MessageRecord) -> asyncio.Future[PutResult]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[PutResult] = loop.create_future()
+        try:
+            entry = encode_entry(record, self._max_body, self._delay_levels)
+        except EntryError as exc:
+            fut.set_result(self.refused(exc.status, str(exc)))
+            return fut
+        if len(entry[0]) > self._max_record:
+            fut.set_result(self.refused("MESSAGE_ILLEGAL", self._too_big(len(entry[0]))))
+            return fut
+        self._submit(loop, _Request([entry], fut, loop, True))
+        return fut
+
+    def put_many_future(self, records: list[MessageRecord], link: str | None) -> asyncio.Future[list[PutResult]]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[PutResult]] = loop.create_future()
+        entries = self._encode_all(records)
+        if isinstance(entries, PutResult):
+            fut.set_result([entries] * max(1, len(records)))
+            return fut
+        req = _Request(entries, fut, loop, False)
+        if link is not None:
+            req.link = _link_positions(entries, link)
+        self._submit(loop, req)
+        return fut
+
+    async def put_raw(self, data: bytes | bytearray, store_host: Host | None) -> PutResult:
+        try:
+            entry = entry_from_bytes(data, self._max_body, self._delay_levels, store_host)
+        except EntryError as exc:
+            return self.refused(exc.status, str(exc))
+        if len(entry[0]) > self._max_record:
+            return self.refused("MESSAGE_ILLEGAL", self._too_big(len(entry[0])))
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._submit(loop, _Request([entry], fut, loop, True))
+        result: PutResult = await fut
+        return result
+
+    def put_many_sync(self, records: list[MessageRecord]) -> list[PutResult]:
+        entries = self._encode_all(records)
+        if isinstance(entries, PutResult):
+            return [entries] * max(1, len(records))
+        req = _Request(entries, None, None, False)
+        health = self._health
+        # Leader path: with the writer idle, the calling thread writes (and in SYNC mode fdatasyncs) its own group,
+        # which spares a blocking appender the two thread hand-overs. It holds the append lock as the writer does,
+        # so there is still one writer at a time; when the writer is busy the request joins its next group.
+        if self._append_lock.acquire(blocking=False):
+            try:
+                if health.state == "open" and health.failure is None and self._queue.empty():
+                    self._run_group([req])
+                    inline: list[PutResult] = req.result
+                    return inline
+            finally:
+                self._append_lock.release()
+        req.waiter = _thread.allocate_lock()
+        req.waiter.acquire()
+        with health.put_lock:
+            if health.state != "open" or health.failure is not None:
+                return [self._unavailable()] * len(records)
+            self._queue.put([req])
+        req.waiter.acquire()
+        results: list[PutResult] = req.result
+        return results
+
+    def _submit(self, loop: asyncio.AbstractEventLoop, req: _Request) -> None:
+        """Collect the requests of one event-loop iteration and hand them to the writer together: one queue put
+        and at most one writer wake-up per iteration, after every ready task has had its turn to append."""
+        batch = self._loop_batches.get(loop)
+        if batch is None:
+            self._loop_batches[loop] = [req]
+            loop.call_soon(self._hand_over, loop)
+        else:
+            batch.append(req)
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch = self._loop_batches.pop(loop, None)
+        if not batch:
+            return
+        health = self._health
+        with health.put_lock:
+            if health.state == "open" and health.failure is None:
+                self._queue.put(batch)
+                return
+        unavailable = self._unavailable()
+        for req in batch:
+            req.result = unavailable if req.single else [unavailable] * len(req.entries)
+        _complete_on_loop(batch, None, [])
+
+    def _encode_all(self, records: list[MessageRecord]) -> list[AppendEntry] | PutResult:
+        if not records:
+            return self.refused("MESSAGE_ILLEGAL", "no records to put")
+        entries: list[AppendEntry] = []
+        for i, record in enumerate(records):
+            try:
+                entry = encode_entry(record, self._max_body, self._delay_levels)
+            except EntryError as exc:
+                return self.refused(exc.status, f"record {i} of {len(records)}: {exc}")
+            if len(entry[0]) > self._max_record:
+                return self.refused("MESSAGE_ILLEGAL", f"record {i}: {self._too_big(len(entry[0]))}")
+            entries.append(entry)
+        return entries
+
+    def _too_big(self, size: int) -> str:
+        return f"record of {size} bytes does not fit a commit-log segment of {self._segment_size}"
+
+    def refused(self, status: str, remark: str) -> PutResult:
+        """A failed result with PutStatus ``status`` (counted as a put failure)."""
+        self._stats.put_failures += 1
+        return PutResult(PutStatus[status], remark=remark)
+
+    def _unavailable(self) -> PutResult:
+        self._stats.put_failures += 1
+        failure = self._health.failure
+        if failure is not None:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=f"the store failed: {failure}")
+        return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=f"the store is {self._health.state}")
+
+    # ------------------------------------------------------------------------------------------ the writer thread
+
+    def _main(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # a bug, not an IO error (those are handled per group): never leave puts hanging
+            log.critical("the append pipeline's writer thread died; refusing further appends", exc_info=True)
+            health = self._health
+            with health.put_lock:
+                health.fail(f"writer thread died: {type(exc).__name__}: {exc}")
+                health.writer_dead = True
+            self.fail_leftovers()
+
+    def _loop(self) -> None:
+        q = self._queue
+        get = q.get
+        stop = False
+        while not stop:
+            items = [get()]
+            for _ in range(q.qsize()):  # qsize() is a lower bound here: only this thread takes items
+                items.append(q.get_nowait())
+            reqs: list[_Request] = []
+            for item in items:
+                if type(item) is list:  # a hand-over: the requests of one loop iteration or one put_sync
+                    reqs += item
+                    continue
+                if reqs:
+                    with self._append_lock:
+                        self._run_group(reqs)
+                    reqs = []
+                if item is _STOP:
+                    stop = True
+                else:
+                    with self._append_lock:
+                        self._run_task(item)
+            if reqs:
+                with self._append_lock:
+                    self._run_group(reqs)
+
+    def _run_task(self, task: _Task) -> None:
+        try:
+            task.result = task.fn()
+        except BaseException as exc:
+            task.error = exc
+        finally:
+            task.done.release()
+
+    def call_in_writer(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the writer thread between groups and return its result (blocking)."""
+        task = _Task(fn)
+        health = self._health
+        with health.put_lock:
+            if health.state != "open":
+                raise StoreClosedError(f"the store is {health.state}")
+            if health.writer_dead:
+                raise StoreError(f"the store failed: {health.failure}")
+            self._queue.put(task)
+        task.done.acquire()
+        if task.error is not None:
+            raise task.error
+        return task.result
+
+    def _run_group(self, reqs: list[_Request]) -> None:
+        health = self._health
+        if health.failure is not None:
+            self._finish_failed(reqs, PutStatus.SERVICE_NOT_AVAILABLE, f"the store failed: {health.failure}")
+            return
+        try:
+            self._write_group(reqs)
+        except BaseException as exc:
+            # The log, the queues and what readers see may now disagree; only crash recovery can reconcile
+            # them, so refuse all further appends until the store is reopened.
+            health.failure = f"{type(exc).__name__}: {exc}"
+            log.critical("append pipeline failed; refusing further appends until restart", exc_info=True)
+            self._finish_failed(reqs, PutStatus.SERVICE_NOT_AVAILABLE, f"the store failed: {health.failure}")
+
+    def _write_group(self, reqs: list[_Request]) -> None:
+        """Stamp, write, dispatch, flush, publish and complete one group. Holder of the append lock only."""
+        now = self._clock.now_ms()
+        commit_log = self._commit_log
+        published = self._published
+        seg = self._seg
+        wpos = published.written
+        if seg is None or not seg.start <= wpos < seg.end:
+            seg = commit_log.segment_for_write(wpos)
+        seg_end = seg.end
+        write_from = wpos
+        bufs: list[Any] = []
+        dispatches: list[DispatchRequest] = []
+        touched: dict[tuple[str, int], int] = {}
+        next_offsets = self._next_offsets
+        pack_qo_po = QO_PO.pack_into
+        qo_pos = QUEUE_OFFSET_POS
+        pack_i64 = I64.pack_into
+        dispatch = DispatchRequest
+        result = PutResult
+        ok = PutStatus.PUT_OK
+        stats = self._stats
+        topic_puts = stats.topic_puts
+        messages = 0
+        nbytes = 0
+        for req in reqs:
+            results: list[PutResult] = []
+            for buf, topic, queue_id, key, sys_flag, needs_cq, code, keys, uniq, delay, ts_pos, host in req.entries:
+                size = len(buf)
+                if wpos + size + 8 > seg_end:
+                    # Seal this segment (blank + fdatasync) before any byte reaches the next one, so a segment
+                    # never holds data while its predecessor's end is not durable.
+                    if wpos < seg_end:
+                        bufs.append(blank_for(seg_end - wpos))
+                    if bufs:
+                        commit_log.write(seg, write_from - seg.start, bufs)
+                        bufs = []
+                    commit_log.flush(seg)
+                    seg = commit_log.segment_for_write(seg_end)
+                    wpos = write_from = seg.start
+                    seg_end = seg.end
+                if needs_cq:
+                    qo = next_offsets.get(key, 0)
+                    next_offsets[key] = touched[key] = qo + 1
+                else:
+                    qo = 0
+                pack_qo_po(buf, qo_pos, qo, wpos)
+                pack_i64(buf, ts_pos, now)
+                dispatches.append(
+                    dispatch(topic, queue_id, qo, wpos, size, now + delay if delay else code, now, sys_flag, keys, uniq)
+                )
+                bufs.append(buf)
+                results.append(result(ok, wpos, qo, now, size, host))
+                wpos += size
+                nbytes += size
+            if req.link is not None:  # the last entry refers to those before it (its buffer is not written yet)
+                last = req.entries[-1][0]
+                for k, at in enumerate(req.link):
+                    last[at : at + 16] = b"%016X" % results[k].physical_offset
+            n = len(results)
+            messages += n
+            topic_puts[topic] = topic_puts.get(topic, 0) + n  # per request: a put_many has one topic in practice
+            req.result = results[0] if req.single else results
+        if bufs:
+            commit_log.write(seg, write_from - seg.start, bufs)
+        self._seg = seg
+        published.written = wpos
+        commit_log.maybe_prepare(wpos)
+        self.consume_queue.put(dispatches)
+        self._indexer.enqueue(dispatches)
+        if self._sync:
+            t0 = time.perf_counter_ns()
+            commit_log.flush(seg)
+            stats.flush_latency_us.add((time.perf_counter_ns() - t0) // 1000)
+            stats.flushes += 1
+            published.flushed = wpos
+        # Publish only now: in SYNC mode a reader never sees an entry that a crash could take back.
+        if touched:
+            published.visible.update(touched)
+        published.confirmed = wpos
+        published.snap = (wpos, now, now)
+        stats.groups += 1
+        stats.put_requests += len(reqs)
+        stats.put_messages += messages
+        stats.put_bytes += nbytes
+        stats.group_messages.add(messages)
+        self._complete(reqs, touched)
+
+    def _complete(self, reqs: list[_Request], touched: dict[tuple[str, int], int]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
+        for req in reqs:
+            loop = req.loop
+            if loop is None:
+                if req.waiter is not None:  # None: a blocking appender that wrote its own group
+                    req.waiter.release()
+            else:
+                group = by_loop.get(loop)
+                if group is None:
+                    by_loop[loop] = [req]
+                else:
+                    group.append(req)
+        hooks = self._hooks
+        updates = list(touched.items()) if touched and hooks else None
+        for loop, group in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_complete_on_loop, group, updates, hooks.get(loop, ()))
+            except RuntimeError:  # that loop is closed: nobody is waiting any more
+                pass
+        if updates:
+            for loop, callbacks in hooks.items():
+                if loop in by_loop:
+                    continue
+                if loop is None:
+                    _complete_on_loop([], updates, callbacks)
+                    continue
+                try:
+                    loop.call_soon_threadsafe(_complete_on_loop, [], updates, callbacks)
+                except RuntimeError:
+                    pass
+
+    def _finish_failed(self, reqs: list[_Request], status: PutStatus, remark: str) -> None:
+        for req in reqs:
+            failed = PutResult(status, remark=remark)
+            req.result = failed if req.single else [failed] * len(req.entries)
+            self._stats.put_failures += len(req.entries)
+        self._complete(reqs, {})
+
+    # ------------------------------------------------------------------------------------------ hooks
+
+    def on_new_messages(self, callback: NewMessagesCallback, loop: asyncio.AbstractEventLoop | None) -> None:
+        hooks = {k: list(v) for k, v in self._hooks.items()}
+        hooks.setdefault(loop, []).append(callback)
+        self._hooks = hooks  # replaced whole: the writer iterates its own snapshot
