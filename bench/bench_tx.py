@@ -118,13 +118,13 @@ async def check_round(root: Path, pending: int) -> dict[str, float]:
     from txmq.broker.config import BrokerConfig
     from txmq.broker.topics import TRANS_HALF_TOPIC
     from txmq.broker.transactions import TransactionService
-    from txmq.clock import FakeClock
     from txmq.net import connect
     from txmq.protocol.codes import RequestCode
     from txmq.protocol.frame import RemotingCommand
     from txmq.protocol.record import MessageRecord, Prop
     from txmq.store.config import StoreConfig
     from txmq.store.message_store import MessageStore
+    from txmq.testing import FakeClock
 
     clock = FakeClock()
     config = BrokerConfig(

@@ -55,12 +55,3 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
-
-
-def __getattr__(name: str) -> Any:
-    # FakeClock and settle live in txmq.testing; this keeps ``from txmq.clock import FakeClock`` working.
-    if name in ("FakeClock", "settle"):
-        from txmq import testing
-
-        return getattr(testing, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
