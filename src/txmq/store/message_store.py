@@ -100,7 +100,6 @@ class MessageStore:
         self._abort = AbortMarker(os.path.join(self.root, "abort"))
         self.statistics = StoreStats()
         self.recovery: RecoveryInfo | None = None
-        self.retention = RetentionService(self, disk_usage=disk_usage)
         self._lock_fd: int | None = None
 
         health = self._health = Health()
@@ -111,6 +110,7 @@ class MessageStore:
         self._checkpointer = Checkpointer(self._checkpoint, self._indexer, cfg, published, stats, health)
         self._writer = Writer(self.commit_log, self._indexer, cfg, clock, stats, published, health)
         self._reads = Reads(self.commit_log, self._indexer, cfg, published, health)
+        self.retention = RetentionService(cfg, clock, self.commit_log, self._delete_segments, disk_usage=disk_usage)
 
     # ------------------------------------------------------------------------------------------ life cycle
 
@@ -393,10 +393,15 @@ class MessageStore:
     # ------------------------------------------------------------------------------------------ retention hook
 
     def _delete_segments(self, count: int, guard: int) -> list[str]:
-        """Delete the ``count`` oldest segments (writer thread), then move queue and index minimums up."""
-        return delete_oldest_segments(
-            self.commit_log, self.consume_queue, self.key_index, self._published.written, count, guard
-        )
+        """Delete the ``count`` oldest segments on the writer thread, then move queue and index minimums up."""
+
+        def delete() -> list[str]:
+            return delete_oldest_segments(
+                self.commit_log, self.consume_queue, self.key_index, self._published.written, count, guard
+            )
+
+        deleted: list[str] = self._writer.call_in_writer(delete)
+        return deleted
 
     # ------------------------------------------------------------------------------------------ recovery
 

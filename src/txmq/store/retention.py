@@ -12,10 +12,11 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from txmq.store.message_store import MessageStore
+from txmq.clock import Clock
+from txmq.store.commit_log import CommitLog
+from txmq.store.config import StoreConfig
 
 log = logging.getLogger("txmq.store")
 
@@ -23,10 +24,20 @@ HOUR_MS = 3_600_000
 
 
 class RetentionService:
-    """Decides which segments may go and asks the store's writer thread to delete them."""
+    """Decides which segments may go and has ``delete(count, guard)`` delete them (on the store's writer thread)."""
 
-    def __init__(self, store: MessageStore, disk_usage: Callable[[], float] | None = None) -> None:
-        self._store = store
+    def __init__(
+        self,
+        config: StoreConfig,
+        clock: Clock,
+        commit_log: CommitLog,
+        delete: Callable[[int, int], list[str]],
+        disk_usage: Callable[[], float] | None = None,
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._commit_log = commit_log
+        self._delete = delete
         self._disk_usage = disk_usage if disk_usage is not None else self._real_disk_usage
         self._guards: list[Callable[[], int]] = []
         self._timer: Any = None
@@ -50,14 +61,13 @@ class RetentionService:
         return lowest
 
     def _real_disk_usage(self) -> float:
-        usage = shutil.disk_usage(self._store.root)
+        usage = shutil.disk_usage(self._config.store_path_root_dir)
         return usage.used / usage.total if usage.total else 0.0
 
     def plan(self, now_ms: int | None = None, *, manual: bool = False) -> tuple[int, str]:
         """How many of the oldest segments may be deleted now, and why (0 and a reason when none)."""
-        store = self._store
-        cfg = store.config
-        now = store.clock.now_ms() if now_ms is None else now_ms
+        cfg = self._config
+        now = self._clock.now_ms() if now_ms is None else now_ms
         ratio = self._disk_usage()
         at_time = time.localtime(now / 1000).tm_hour in cfg.delete_hours()
         disk_full = ratio >= cfg.disk_max_used_space_ratio / 100.0
@@ -67,7 +77,8 @@ class RetentionService:
         reason = f"forced: disk {ratio:.0%} full" if forced else ("disk full" if disk_full else "deleteWhen")
         if manual and not (at_time or disk_full):
             reason = "manual"
-        segs = store.commit_log.segments
+        commit_log = self._commit_log
+        segs = commit_log.segments
         guard = self.guard_offset()
         reserved_ms = cfg.file_reserved_time * HOUR_MS
         count = 0
@@ -78,7 +89,7 @@ class RetentionService:
             if seg.end > guard:
                 break
             if not forced:
-                newest = store.commit_log.first_store_timestamp(segs[i + 1])
+                newest = commit_log.first_store_timestamp(segs[i + 1])
                 if newest is None or now - newest < reserved_ms:
                     break
             count += 1
@@ -89,16 +100,14 @@ class RetentionService:
         count, reason = self.plan(now_ms, manual=manual)
         if count == 0:
             return []
-        store = self._store
-        guard = self.guard_offset()
-        deleted: list[str] = store.call_in_writer(lambda: store._delete_segments(count, guard))
+        deleted = self._delete(count, self.guard_offset())
         if deleted:
             self.deleted_total += len(deleted)
             log.info(
                 "retention (%s): deleted %d commit-log segment(s); log now starts at %d",
                 reason,
                 len(deleted),
-                store.commit_log.min_offset,
+                self._commit_log.min_offset,
             )
         return deleted
 
@@ -115,8 +124,8 @@ class RetentionService:
             self._timer = None
 
     def _schedule(self) -> None:
-        interval = self._store.config.clean_resource_interval / 1000.0
-        self._timer = self._store.clock.call_later(interval, self._tick)
+        interval = self._config.clean_resource_interval / 1000.0
+        self._timer = self._clock.call_later(interval, self._tick)
 
     def _tick(self) -> None:
         if not self._running:
