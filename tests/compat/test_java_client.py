@@ -27,12 +27,13 @@ def _name(prefix: str) -> str:
 
 
 def consume(line: str, ns: str, topic: str, expect: int, *extra: str, group: str | None = None) -> list[dict]:
-    """A DefaultMQPushConsumer that reads ``topic`` until ``expect`` deliveries and a quiet second."""
-    events = JavaProcess(
-        line,
-        "consume",
-        ["--namesrv", ns, "--topic", topic, "--group", group or _name("JCG"), "--expect", str(expect), *extra],
-    ).finish(120)
+    """A DefaultMQPushConsumer that reads ``topic`` until ``expect`` deliveries and a quiet second.
+
+    The scenario waits 75 s at most: when the client's rebalance heartbeat loses its heartbeat lock to the periodic
+    one (a race in the client), its pulls carry a subscription version the broker has not seen yet and are answered
+    SUBSCRIPTION_NOT_LATEST until the next heartbeat, 30 s later, as they would be by Apache RocketMQ."""
+    args = ["--namesrv", ns, "--topic", topic, "--group", group or _name("JCG"), "--expect", str(expect)]
+    events = JavaProcess(line, "consume", [*args, *extra]).finish(150)
     return named(events, "received")
 
 

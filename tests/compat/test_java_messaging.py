@@ -121,7 +121,7 @@ def test_clustering_consumers_share_and_broadcasting_consumers_each_get_all(txmq
     time.sleep(2)
     produce(line, ns, topic, "sync", 10)
     for m in members:
-        assert bodies(named(m.finish(90), "received")) == dict.fromkeys((f"sync-{i}" for i in range(10)), 1)
+        assert bodies(named(m.finish(150), "received")) == dict.fromkeys((f"sync-{i}" for i in range(10)), 1)
 
 
 @pytest.mark.parametrize("line", LINES)

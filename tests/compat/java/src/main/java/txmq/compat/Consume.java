@@ -42,7 +42,9 @@ final class Consume {
 
     private static void waitFor(Args a, AtomicInteger received) throws InterruptedException {
         int expect = a.integer("expect", 1);
-        long deadline = System.currentTimeMillis() + a.integer("timeout", 30) * 1000L;
+        // 75 s by default: a rebalance heartbeat that loses the client's heartbeat lock leaves the broker with an old
+        // subscription version, and pulls are refused until the next heartbeat, 30 s later (docs/wire-notes.md).
+        long deadline = System.currentTimeMillis() + a.integer("timeout", 75) * 1000L;
         while (received.get() < expect && System.currentTimeMillis() < deadline) {
             Thread.sleep(50);
         }
