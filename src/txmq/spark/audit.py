@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ from pyspark.sql import functions as F
 from txmq.spark.errors import TxmqSparkError
 from txmq.txn.journal import JOURNAL_NAME, LEGACY_CHECKS_NAME, parse_journal, parse_legacy_checks
 from txmq.txn.rebuild import RESUME as REPLAY_RESUME
-from txmq.txn.rebuild import OpEvent, fold_all
+from txmq.txn.rebuild import Folded, OpEvent, fold
 
 RESOLUTIONS = ("COMMIT", "ROLLBACK", "DISCARDED", "PENDING")
 AUDIT_COLUMNS = (
@@ -50,24 +51,45 @@ AUDIT_COLUMNS = (
 _FOLD_SCHEMA = "half_phys bigint, decision string, decision_ms bigint"
 
 
-def _fold_ops(group: Any) -> Any:
-    """One transaction's op records (a pandas frame) folded by :func:`txmq.txn.rebuild.fold_all`: the decision in
-    force (COMMIT, ROLLBACK, UNKNOWN, or DISCARD while discarded) and when it was taken."""
+def _fold_partitions(batches: Iterator[Any]) -> Iterator[Any]:
+    """Op records sorted by (half message, log offset) within a partition, folded one transaction at a time by
+    :func:`txmq.txn.rebuild.fold`: each transaction's decision in force (COMMIT, ROLLBACK, UNKNOWN, or DISCARD while
+    discarded) and when it was taken. A transaction's records may span two Arrow batches; its fold carries over."""
     import pandas as pd
 
-    events = [
-        OpEvent(int(row.commit_log_offset), REPLAY_RESUME if row.kind == "RESUME" else str(row.decision),
-                int(row.born_timestamp))
-        for row in group.itertuples(index=False)
-    ]  # fmt: skip
-    decided = fold_all(events).decision
-    return pd.DataFrame(
-        {
-            "half_phys": [group["half_phys"].iloc[0]],
-            "decision": [decided.action if decided else None],
-            "decision_ms": [decided.at if decided else None],
-        }
-    )
+    current: int | None = None
+    folded = Folded()
+    halves: list[int] = []
+    decisions: list[str | None] = []
+    times: list[int | None] = []
+
+    def emit() -> None:
+        decided = folded.decision
+        halves.append(current)  # type: ignore[arg-type]
+        decisions.append(decided.action if decided else None)
+        times.append(decided.at if decided else None)
+
+    for batch in batches:
+        columns = (
+            batch["half_phys"],
+            batch["kind"],
+            batch["decision"],
+            batch["commit_log_offset"],
+            batch["born_timestamp"],
+        )
+        for half, kind, decision, offset, born in zip(*columns, strict=True):
+            half = int(half)
+            if half != current:
+                if current is not None:
+                    emit()
+                current, folded = half, Folded()
+            fold(folded, OpEvent(int(offset), REPLAY_RESUME if kind == "RESUME" else str(decision), int(born)))
+        if halves:
+            yield pd.DataFrame({"half_phys": halves, "decision": decisions, "decision_ms": times})
+            halves, decisions, times = [], [], []
+    if current is not None:
+        emit()
+        yield pd.DataFrame({"half_phys": halves, "decision": decisions, "decision_ms": times})
 
 
 def transaction_events(spark: SparkSession, store: str) -> DataFrame:
@@ -127,8 +149,11 @@ def transaction_audit(spark: SparkSession, store: str, events: DataFrame | None 
         )
     )
     # How each transaction ended: its op records replayed in log order through the broker's own fold.
-    decisions = ops.groupBy("half_phys").applyInPandas(
-        _fold_ops, "half_phys bigint, decision string, decision_ms bigint"
+    decisions = (
+        ops.filter(col("half_phys").isNotNull())
+        .repartition("half_phys")
+        .sortWithinPartitions("half_phys", "commit_log_offset")
+        .mapInPandas(_fold_partitions, _FOLD_SCHEMA)
     )
     deliveries = (
         ev.filter(col("kind") == "DELIVERY")
