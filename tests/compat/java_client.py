@@ -47,6 +47,8 @@ def java_command(line: str, scenario: str, args: Sequence[str]) -> list[str]:
         "java",
         *JVM_FLAGS,
         f"-Drocketmq.client.logRoot={_log_root}",
+        # 5.x logs to ~/logs/rocketmqlogs whatever logRoot says, and broadcasting offsets go to ~/.rocketmq_offsets.
+        f"-Duser.home={_log_root}",
         "-Drocketmq.client.logLevel=WARN",
         "-cp",
         classpath,
