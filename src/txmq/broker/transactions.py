@@ -1105,8 +1105,8 @@ class TransactionService:
                 f"[TXMQ] transaction {phys} is unknown; only a DISCARDED transaction can be resumed"
             )
         verdict = rule(rec.state, Input.RESUME, BY_OPERATOR)
-        if verdict.verdict is not Verdict.APPLY:
-            return verdict.code, (
+        if verdict.verdict is not Verdict.APPLY or self.records.get(phys) is not rec:  # only a record held in memory
+            return ResponseCode.TRANSACTION_FAILED, (
                 f"[TXMQ] transaction {_name(rec)} is {rec.state.value}; only a DISCARDED transaction can be resumed"
             )
         store = self.store
