@@ -43,7 +43,15 @@ def test_states_and_the_unknown_marker() -> None:
     assert fold_all([OpEvent(1, "DISCARD", 5)]).state() is TxState.DISCARDED
     assert fold_all([OpEvent(1, "DISCARD", 5), OpEvent(2, RESUME, 6)]).state() is TxState.PREPARED
     unknown = fold_all([OpEvent(1, UNKNOWN, 5), OpEvent(2, "ROLLBACK", 6)])
-    assert unknown.ended and unknown.decision is not None and unknown.decision.at == 5
+    assert unknown.decision is not None and unknown.decision.at == 5  # the later ROLLBACK changes nothing
     assert unknown.state(delivered=True) is TxState.COMMITTED and unknown.state() is TxState.ROLLED_BACK
     late = fold_all([OpEvent(1, "DISCARD", 5), OpEvent(2, "COMMIT", 9, "producer", "ID")])
     assert late.state() is TxState.COMMITTED and late.discard is not None and late.decision.copy_msg_id == "ID"
+
+
+def test_a_decision_that_cannot_be_read_ends_the_transaction_like_a_rocketmq_marker() -> None:
+    """A corrupt TXMQ_DECISION (or none, in a Spark row) must not stop a start-up: it counts as ended, unknown how."""
+    for garbage in ("FOO", "None", ""):
+        folded = fold_all([OpEvent(1, garbage, 5), OpEvent(2, "COMMIT", 6)])
+        assert folded.decision is not None and folded.decision.action == UNKNOWN and folded.decision.at == 5
+        assert folded.state() is TxState.ROLLED_BACK and folded.state(delivered=True) is TxState.COMMITTED

@@ -119,7 +119,16 @@ from txmq.txn.journal import (
     parse_legacy_checks,
 )
 from txmq.txn.machine import TX_TRANSITIONS, Verdict, next_state, rule
-from txmq.txn.model import DECISION_OF_STATE, RESOLVED, STATE_OF_DECISION, By, Decision, Input, TxState
+from txmq.txn.model import (
+    DECISION_OF_STATE,
+    RESOLVED,
+    STATE_OF_DECISION,
+    By,
+    Decision,
+    Input,
+    TxState,
+    state_after,
+)
 from txmq.txn.rebuild import RESUME as REPLAY_RESUME
 from txmq.txn.rebuild import Folded, OpEvent, fold
 from txmq.util import atomic_write_bytes
@@ -1324,14 +1333,12 @@ class TransactionService:
         earlier = self.decided.get(phys)
         if earlier is None and phys <= self.decided.evicted_max and phys not in self._pending and not fresh:
             earlier = self._decision_on_disk(phys, half)
-        if earlier is None:
-            state = TxState.PREPARED
-        elif earlier == UNKNOWN:
+        if earlier == UNKNOWN:
             # A marker written by RocketMQ ended it without saying how: refused as a conflicting decision would be.
-            state = STATE_OF_DECISION[ROLLBACK if decision == COMMIT else COMMIT]
+            earlier_state = state_after(ROLLBACK if decision == COMMIT else COMMIT)
         else:
-            state = STATE_OF_DECISION[earlier]
-        verdict = rule(state, _INPUT_OF_DECISION[decision], by)
+            earlier_state = state_after(earlier)
+        verdict = rule(earlier_state, _INPUT_OF_DECISION[decision], by)
         if verdict.verdict is Verdict.REPEAT:
             log.info("END_TRANSACTION %s: repeated %s ignored (already applied)", msg_id, decision)
             done = "committed" if decision == COMMIT else "rolled back"

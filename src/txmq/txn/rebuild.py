@@ -10,14 +10,16 @@ for a marker written by Apache RocketMQ, which records no decision (``UNKNOWN``)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from txmq.txn.machine import IllegalTransactionTransition, Verdict, rule
-from txmq.txn.model import By, Decision, Input, TxState
+from txmq.txn.model import By, Decision, Input, TxState, state_after
 
 UNKNOWN = "UNKNOWN"  # a marker written by RocketMQ: ended, committed when a committed copy exists
 RESUME = "RESUME"
+_KNOWN = frozenset({Decision.COMMIT, Decision.ROLLBACK, Decision.DISCARD, RESUME, UNKNOWN})
 _INPUTS = {Decision.COMMIT: Input.COMMIT, Decision.ROLLBACK: Input.ROLLBACK, Decision.DISCARD: Input.DISCARD}
 
 
@@ -42,20 +44,10 @@ class Folded:
 
     def state(self, *, delivered: bool = False) -> TxState:
         """The transaction's state; ``delivered``: a committed copy exists (decides an UNKNOWN marker)."""
-        if self.decision is None:
-            return TxState.PREPARED
-        if self.decision.action == UNKNOWN:
+        action = self.decision.action if self.decision else None
+        if action == UNKNOWN:
             return TxState.COMMITTED if delivered else TxState.ROLLED_BACK
-        return {
-            Decision.COMMIT: TxState.COMMITTED,
-            Decision.ROLLBACK: TxState.ROLLED_BACK,
-            Decision.DISCARD: TxState.DISCARDED,
-        }[Decision(self.decision.action)]
-
-    @property
-    def ended(self) -> bool:
-        """Decided (COMMIT, ROLLBACK or UNKNOWN): no longer pending, nothing re-opens it."""
-        return self.decision is not None and self.decision.action != Decision.DISCARD
+        return state_after(action)
 
 
 def fold(folded: Folded, event: OpEvent) -> Folded:
@@ -63,6 +55,8 @@ def fold(folded: Folded, event: OpEvent) -> Folded:
     state (a second decision, a resume of a transaction that is not discarded) changes nothing."""
     if folded.decision is not None and folded.decision.action == UNKNOWN:
         return folded  # ended without saying how: as final as a decision
+    if event.action not in _KNOWN:
+        event = dataclasses.replace(event, action=UNKNOWN)  # a marker whose decision cannot be read still ended it
     current = folded.state()
     if event.action == RESUME:
         step, by = Input.RESUME, By.OPERATOR
