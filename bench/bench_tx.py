@@ -117,7 +117,7 @@ async def check_round(root: Path, pending: int) -> dict[str, float]:
     from txmq.broker.broker import Broker
     from txmq.broker.config import BrokerConfig
     from txmq.broker.topics import TRANS_HALF_TOPIC
-    from txmq.broker.transactions import TransactionService
+    from txmq.broker.txn import TransactionService
     from txmq.net import connect
     from txmq.protocol.codes import RequestCode
     from txmq.protocol.frame import RemotingCommand

@@ -168,7 +168,7 @@ class Client:
         self.own += time.thread_time() - started
         self.conn.data_received(data)
         await self.finished.wait()
-        while service._decisions or service._inflight:  # the last decisions are stored
+        while service.busy:  # the last decisions are stored
             await asyncio.sleep(0.001)
 
 

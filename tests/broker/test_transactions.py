@@ -30,6 +30,7 @@ from txmq.protocol.record import (
     encode_properties,
 )
 from txmq.testing import InProcessBroker, aeventually
+from txmq.txn.records import commit_copy
 
 COMMIT = 8
 ROLLBACK = 12
@@ -196,7 +197,7 @@ async def test_commit_delivers_once_even_when_sent_twice(h: Harness) -> None:
     p = await h.producer()
     prep = await p.prepare("TxTopic", b"pay", KEYS="order-7")
     p.conn.send_oneway(p.end_cmd(prep, COMMIT, oneway=True))
-    await aeventually(lambda: prep.phys in h.svc.decided, "the commit is applied")
+    await aeventually(lambda: prep.phys in h.svc.table.decided, "the commit is applied")
     again = await p.end(prep, COMMIT)
     assert again.code == ResponseCode.SUCCESS
     p.conn.send_oneway(p.end_cmd(prep, COMMIT, oneway=True))
@@ -295,7 +296,7 @@ async def test_check_schedule_then_discard_after_the_max(h: Harness) -> None:
     [discarded] = h.messages(TRANS_CHECK_MAX_TIME_TOPIC)
     assert discarded.body == b"doubt" and discarded.properties["REAL_TOPIC"] == "TxTopic"
     assert discarded.properties["UNIQ_KEY"] == prep.uniq and discarded.properties["KEYS"] == "k"
-    assert h.svc.pending == {} and h.svc.decided[prep.phys] == "DISCARD"
+    assert h.svc.pending == {} and h.svc.table.decided[prep.phys] == "DISCARD"
     await h.tick(30)
     assert len(p.checks) == 3
     assert await pull_real(h, "TxTopic") == []
@@ -429,12 +430,14 @@ async def test_crash_between_commit_and_op_marker_does_not_deliver_twice(h: Harn
     for prepared in (prep, no_key, delayed):
         half = store.read_message(prepared.phys)
         assert ("UNIQ_KEY" in half.properties) is (prepared is not no_key)
-        record = svc._commit_copy(half)
+        record = commit_copy(half, svc.store_host)
+        if "DELAY" in record.properties:
+            record = h.broker.schedule.redirect(record, record.properties["DELAY"])
         assert (await store.put(record)).ok
     assert len(await pull_real(h, "TxTopic")) == 2
     await h.restart()
     assert h.svc.pending == {}
-    assert [h.svc.decided[x.phys] for x in (prep, no_key, delayed)] == ["COMMIT"] * 3
+    assert [h.svc.table.decided[x.phys] for x in (prep, no_key, delayed)] == ["COMMIT"] * 3
     assert len(h.messages(TRANS_OP_HALF_TOPIC)) == 3
     p = await h.producer()
     await h.tick(30)

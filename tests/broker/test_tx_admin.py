@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_transactions import COMMIT, ROLLBACK, Harness, Prepared, Producer, pull_real
 
-from txmq.broker import transactions
 from txmq.broker.topics import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_OP_HALF_TOPIC
 from txmq.protocol.codes import RequestCode, ResponseCode, TxmqRequestCode
 from txmq.protocol.frame import RemotingCommand
@@ -229,7 +229,7 @@ async def test_resume_puts_a_discarded_transaction_back_under_checks(h: Harness)
     p = await h.producer()
     prep = await p.prepare("TxTopic", b"abandoned")
     await h.tick(7 + 10 + 10 + 10)  # three checks (transactionCheckMax=3), then the discard
-    assert len(p.checks) == 3 and h.svc.decided[prep.phys] == "DISCARD"
+    assert len(p.checks) == 3 and h.svc.table.decided[prep.phys] == "DISCARD"
     [copy] = h.messages(TRANS_CHECK_MAX_TIME_TOPIC)
     copy_id = encode_offset_msg_id(copy.store_host, copy.physical_offset)
     t = await show(h, prep.uniq)
@@ -245,7 +245,7 @@ async def test_resume_puts_a_discarded_transaction_back_under_checks(h: Harness)
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     t = data["transaction"]
     assert t["state"] == "PREPARED" and t["resumedAt"] == [h.clock.now_ms()] and t["checksTowardMax"] == 0
-    assert prep.phys in h.svc.pending and prep.phys not in h.svc.decided
+    assert prep.phys in h.svc.pending and prep.phys not in h.svc.table.decided
     await h.tick(1)
     assert len(p.checks) == 4  # checked again at once
     assert p.checks[-1].ext_fields["commitLogOffset"] == str(prep.phys)
@@ -339,7 +339,7 @@ async def test_restart_keeps_history_and_old_ones_are_read_from_disk(tmp_path: P
         ]
         # Only the last resolved transaction is kept in memory (transactionHistoryMax=1); the older one is rebuilt
         # from its half message and op marker, without its check history.
-        assert first.phys not in h.svc.records and second.phys in h.svc.records
+        assert first.phys not in h.svc.table.history.records and second.phys in h.svc.table.history.records
         old = await show(h, first.uniq)
         assert old["state"] == "ROLLED_BACK" and old["resolvedBy"] == "check" and old["resolvedAt"] == t0 + 7000
         assert old["historyComplete"] is False and old["checkLog"] == []
@@ -370,7 +370,7 @@ async def test_a_commit_read_back_from_disk_names_the_message_it_delivered(tmp_p
         assert len(delivered) == 3
         await h.restart()
         for i, prep in enumerate(preps):
-            assert prep.phys not in h.svc.records or i == 2
+            assert prep.phys not in h.svc.table.history.records or i == 2
             shown = await show(h, prep.uniq)
             assert shown["state"] == "COMMITTED" and shown["deliveredMsgId"] == delivered[f"m{i}".encode()]
     finally:
@@ -391,8 +391,9 @@ async def test_decisions_beyond_the_window_are_read_from_their_markers(tmp_path:
         for i in range(3):
             later = await p.prepare("TxTopic", f"later-{i}".encode())
             assert (await p.end(later, COMMIT)).code == ResponseCode.SUCCESS
-        assert len(h.svc.decided) == 2 and committed.phys not in h.svc.decided and rolled.phys not in h.svc.decided
-        assert committed.phys not in h.svc.records and rolled.phys not in h.svc.records
+        table = h.svc.table
+        assert len(table.decided) == 2 and committed.phys not in table.decided and rolled.phys not in table.decided
+        assert committed.phys not in table.history.records and rolled.phys not in table.history.records
         again = await p.end(committed, COMMIT)
         assert again.code == ResponseCode.SUCCESS and "already committed; nothing done" in again.remark
         conflict = await p.end(committed, ROLLBACK)
@@ -407,7 +408,7 @@ async def test_decisions_beyond_the_window_are_read_from_their_markers(tmp_path:
         assert resp.code == ResponseCode.TRANSACTION_FAILED and "already decided as ROLLBACK" in resp.remark
         # A restart keeps only the newest decisions in memory too.
         await h.restart()
-        assert len(h.svc.decided) == 2
+        assert len(h.svc.table.decided) == 2
         p = await h.producer()
         assert (await p.end(committed, ROLLBACK)).code == ResponseCode.SYSTEM_ERROR
         assert [m.body for m in await pull_real(h, "TxTopic")] == bodies
@@ -416,12 +417,12 @@ async def test_decisions_beyond_the_window_are_read_from_their_markers(tmp_path:
 
 
 @pytest.fixture
-async def forgetful(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+async def forgetful(tmp_path: Path) -> Any:
     """A broker that keeps one resolved transaction in memory and never reads the op queue backwards: older ones are
     shown through the key index alone."""
-    monkeypatch.setattr(transactions, "_OP_SCAN_LIMIT", 0)
     harness = Harness(tmp_path)
     await harness.start(extra={"transactionHistoryMax": "1"})
+    harness.svc.lookups.op_scan_limit = 0
     yield harness
     await harness.stop()
 
@@ -435,7 +436,7 @@ async def test_decisions_of_one_event_loop_turn_share_one_op_marker(forgetful: H
     preps = [await p.prepare("TxTopic", f"m{i}".encode()) for i in range(5)]
     decisions = [COMMIT, ROLLBACK, COMMIT, COMMIT, ROLLBACK]
     commands = [p.end_cmd(prep, d, oneway=False) for prep, d in zip(preps, decisions, strict=True)]
-    outcomes = [h.svc.end_transaction(None, cmd) for cmd in commands]  # one event-loop turn
+    outcomes = [h.broker.app.end_transaction.handle(None, cmd) for cmd in commands]  # one event-loop turn
     answers = [await outcome for outcome in outcomes]
     assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 5
     [op] = h.messages(TRANS_OP_HALF_TOPIC)
@@ -497,7 +498,7 @@ async def test_a_refused_copy_does_not_fail_the_decisions_stored_with_it(
     monkeypatch.setattr(store, "put_many_future", put_many_future)
     p = await h.producer()
     preps = [await p.prepare("TxTopic", body) for body in (b"good-1", b"bad", b"good-2")]
-    outcomes = [h.svc.end_transaction(None, p.end_cmd(prep, COMMIT, oneway=False)) for prep in preps]
+    outcomes = [h.broker.app.end_transaction.handle(None, p.end_cmd(prep, COMMIT, oneway=False)) for prep in preps]
     answers = [await outcome for outcome in outcomes]
     assert [a.code for a in answers] == [ResponseCode.SUCCESS, ResponseCode.MESSAGE_ILLEGAL, ResponseCode.SUCCESS]
     assert [m.body for m in await pull_real(h, "TxTopic")] == [b"good-1", b"good-2"]
@@ -518,11 +519,11 @@ async def test_a_failing_append_settles_every_decision_of_its_turn(
     p = await h.producer()
     preps = [await p.prepare("TxTopic", body) for body in (b"a", b"b")]
     monkeypatch.setattr(store, "put_many_future", broken)
-    outcomes = [h.svc.end_transaction(None, p.end_cmd(prep, COMMIT, oneway=oneway)) for prep in preps]
+    outcomes = [h.broker.app.end_transaction.handle(None, p.end_cmd(prep, COMMIT, oneway=oneway)) for prep in preps]
     if oneway:
         # Nobody waits for a oneway decision: the failure is logged, per half message, when the turn's batch fails.
         assert outcomes == [None, None]
-        await aeventually(lambda: h.svc._decisions == [], "the turn's decisions are handed over")
+        await aeventually(lambda: h.svc.writer.idle, "the turn's decisions are handed over")
         failed = [r for r in caplog.records if "a oneway END_TRANSACTION about half message" in r.getMessage()]
         assert sorted(r.getMessage().split()[-2] for r in failed) == sorted(str(prep.phys) for prep in preps)
     else:
@@ -530,7 +531,7 @@ async def test_a_failing_append_settles_every_decision_of_its_turn(
             with pytest.raises(RuntimeError, match="breaks the store"):
                 await outcome
     await asyncio.sleep(0)  # the futures' done callbacks run
-    assert h.svc._inflight == {}  # nothing stays locked: the next decision about them goes through
+    assert not h.svc.busy  # nothing stays locked: the next decision about them goes through
     assert len(h.svc.pending) == 2  # and nothing was decided
     monkeypatch.setattr(store, "put_many_future", real_put)
     assert [(await p.end(prep, COMMIT)).code for prep in preps] == [ResponseCode.SUCCESS] * 2
@@ -540,13 +541,13 @@ async def test_a_failing_append_settles_every_decision_of_its_turn(
 async def test_the_check_schedule_stays_near_the_pending_size(h: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # A decided transaction leaves its entry in the check schedule (a heap); once such entries are most of it, the
     # schedule is rebuilt from the pending table, and the transactions still in doubt keep their due times.
-    monkeypatch.setattr("txmq.broker.transactions._HEAP_SLACK", 4)
+    h.svc.table.settings = dataclasses.replace(h.svc.table.settings, heap_slack=4)
     p = await h.producer()
     doubt = await p.prepare("TxTopic", b"doubt")
     for i in range(40):
         prep = await p.prepare("TxTopic", b"quick-%d" % i)
         assert (await p.end(prep, COMMIT)).code == ResponseCode.SUCCESS
-        assert len(h.svc._heap) <= 2 * 2 + 4 + 1  # at most two pending here; without the rebuild it reaches 41
+        assert h.svc.table.schedule_size <= 2 * 2 + 4 + 1  # at most two pending here; without the rebuild it reaches 41
     assert list(h.svc.pending) == [doubt.phys]
     await h.tick(7)  # past transactionTimeOut: the one in doubt is checked, once
     assert len(p.checks) == 1
@@ -559,15 +560,15 @@ async def test_half_messages_kept_for_end_transaction_are_bounded_in_bytes(
 ) -> None:
     # END_TRANSACTION finds a recent half message in memory; what memory holds is bounded in count and in body bytes
     # (4 MiB bodies are allowed), and an older half message is read back from the store.
-    monkeypatch.setattr("txmq.broker.transactions._FRESH_MAX_BYTES", 2500)
+    h.svc.table.settings = dataclasses.replace(h.svc.table.settings, fresh_max_bytes=2500)
     p = await h.producer()
     preps = [await p.prepare("TxTopic", bytes([65 + i]) * 1000) for i in range(5)]
-    assert list(h.svc._fresh) == [preps[3].phys, preps[4].phys]
-    assert h.svc._fresh_bytes == 2000
+    assert list(h.svc.table.fresh) == [preps[3].phys, preps[4].phys]
+    assert h.svc.table.fresh_bytes == 2000
     for prep in preps:
         assert (await p.end(prep, COMMIT)).code == ResponseCode.SUCCESS
     assert [m.body[:1] for m in await pull_real(h, "TxTopic")] == [b"A", b"B", b"C", b"D", b"E"]
-    assert h.svc._fresh == {} and h.svc._fresh_bytes == 0
+    assert h.svc.table.fresh == {} and h.svc.table.fresh_bytes == 0
 
 
 async def test_a_transaction_decided_at_once_gets_no_record_until_shown(h: Harness) -> None:
@@ -576,16 +577,18 @@ async def test_a_transaction_decided_at_once_gets_no_record_until_shown(h: Harne
     p = await h.producer()
     quick = await p.prepare("TxTopic", b"quick")
     slow = await p.prepare("TxTopic", b"slow")
-    assert h.svc.records == {} and list(h.svc._fresh) == [quick.phys, slow.phys]
+    assert h.svc.table.history.records == {} and list(h.svc.table.fresh) == [quick.phys, slow.phys]
     assert h.svc.counter_values()["inDoubt"] == 2
     assert h.svc.retention_guard() == quick.phys
     assert (await p.end(quick, COMMIT)).code == ResponseCode.SUCCESS
-    assert h.svc.records == {} and list(h.svc._fresh) == [slow.phys]
+    assert h.svc.table.history.records == {} and list(h.svc.table.fresh) == [slow.phys]
     counters = h.svc.counter_values()
     assert counters["commits"] == 1 and counters["resolutionSamples"] == 1 and counters["inDoubt"] == 1
     # Still undecided at the first round a second later: it gets its record, and is checked on schedule.
     await h.tick(1)
-    assert list(h.svc._pending) == [slow.phys] and h.svc._fresh == {} and list(h.svc.records) == [slow.phys]
+    table = h.svc.table
+    assert list(table.pending_records) == [slow.phys] and table.fresh == {}
+    assert list(table.history.records) == [slow.phys]
     t = await show(h, quick.uniq)
     [delivered] = await pull_real(h, "TxTopic")
     assert t["state"] == "COMMITTED" and t["resolvedBy"] == "producer" and t["producerGroup"] == "PG"

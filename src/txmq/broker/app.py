@@ -13,6 +13,7 @@ from txmq.broker.admin import AdminProcessor
 from txmq.broker.clients import ClientRegistry
 from txmq.broker.config import BrokerConfig
 from txmq.broker.consumer_admin import ConsumerAdminProcessor, lock_lifetime_seconds
+from txmq.broker.end_transaction import EndTransactionProcessor
 from txmq.broker.filters import ConsumerFilters
 from txmq.broker.locks import QueueLockManager
 from txmq.broker.longpoll import PullHoldService
@@ -27,8 +28,8 @@ from txmq.broker.send import SendProcessor
 from txmq.broker.subscriptions import SubscriptionGroupManager
 from txmq.broker.tools_admin import ToolsAdminProcessor
 from txmq.broker.topics import TopicConfigManager
-from txmq.broker.transactions import TransactionService
 from txmq.broker.tx_admin import TransactionAdminProcessor
+from txmq.broker.txn import TransactionService
 from txmq.clock import SYSTEM_CLOCK, Clock
 from txmq.net import Dispatcher, Server
 from txmq.protocol.codes import RequestCode
@@ -219,6 +220,7 @@ class BrokerApp:
             register_now=self.registration.register_now,
             broker_runtime_info=self.runtime_info,
         )
+        self.end_transaction = EndTransactionProcessor(self.transactions)
         self.tx_admin = TransactionAdminProcessor(config=config, transactions=self.transactions)
 
         store.on_new_messages(self.pull_holds.notify)
@@ -232,7 +234,7 @@ class BrokerApp:
         handlers[RequestCode.PULL_MESSAGE] = self.pull_processor.handle
         handlers[RequestCode.LITE_PULL_MESSAGE] = self.pull_processor.handle
         handlers.update(self.admin.handlers())
-        handlers[RequestCode.END_TRANSACTION] = self.transactions.end_transaction
+        handlers[RequestCode.END_TRANSACTION] = self.end_transaction.handle
         handlers.update(self.tx_admin.handlers())
         handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = self.schedule.send_back
         handlers.update(self.consumer_admin.handlers())

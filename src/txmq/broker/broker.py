@@ -12,7 +12,7 @@ from txmq.broker.offsets import ConsumerOffsetManager
 from txmq.broker.schedule import ScheduleService
 from txmq.broker.subscriptions import SubscriptionGroupManager
 from txmq.broker.topics import TopicConfigManager
-from txmq.broker.transactions import TransactionService
+from txmq.broker.txn import TransactionService
 from txmq.clock import SYSTEM_CLOCK, Clock
 from txmq.net import Dispatcher
 from txmq.store.message_store import MessageStore

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from txmq.broker.config import BrokerConfig
     from txmq.broker.longpoll import PullHoldService
     from txmq.broker.tools_admin import ToolsAdminProcessor
-    from txmq.broker.transactions import TransactionService
+    from txmq.broker.txn import TransactionService
     from txmq.clock import Clock
     from txmq.store.message_store import MessageStore
 

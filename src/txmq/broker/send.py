@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import zlib
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from txmq.broker.schedule import ScheduleService
     from txmq.broker.subscriptions import SubscriptionGroupManager
     from txmq.broker.topics import TopicConfigManager
-    from txmq.broker.transactions import TransactionService
+    from txmq.broker.txn import TransactionService
     from txmq.store.message_store import MessageStore
 
 log = logging.getLogger("txmq.broker")
@@ -185,7 +186,7 @@ class SendProcessor:
             properties=props,
         )
         if props.get(Prop.TRAN_MSG, "").lower() == "true":
-            return self.transactions.prepare(cmd, record, response_queue_id)
+            return self._prepare(cmd, header, record, response_queue_id)
         if record.sys_flag & TRANSACTION_MASK:
             # Only END_TRANSACTION may write COMMIT or ROLLBACK records (a plain int test: no enum per message).
             record.sys_flag &= ~TRANSACTION_MASK
@@ -193,6 +194,22 @@ class SendProcessor:
         if delay and delay != "0":
             record = self.schedule.redirect(record, delay)
         return answer_when_stored(cmd, self.store.put_future(record), response_queue_id, config, self.store_host)
+
+    def _prepare(
+        self, cmd: RemotingCommand, header: SendMessageRequestHeader, record: MessageRecord, queue_id: int
+    ) -> asyncio.Future[RemotingCommand]:
+        """A transaction's half message: stored by the transaction driver, answered like a send."""
+        config = self.config
+        if config.reject_transaction_message:
+            raise BrokerRefusal(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{config.broker_name}] sending transaction message is forbidden "
+                "(rejectTransactionMessage=true)",
+            )
+        if not record.properties.get(Prop.PGROUP) and header.producerGroup:
+            record.properties[Prop.PGROUP] = header.producerGroup
+        stored = self.transactions.prepare(record)
+        return answer_when_stored(cmd, stored, queue_id, config, self.store_host)
 
     def _inflate(self, body: bytes) -> bytes:
         limit = self.config.max_message_size * 4

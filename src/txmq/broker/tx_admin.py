@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from txmq.broker.refusal import BrokerRefusal
-from txmq.broker.transactions import COMMIT, ROLLBACK, TransactionRecord, TransactionService, TxState
+from txmq.broker.txn import TransactionService
 from txmq.protocol.codes import ResponseCode, TxmqRequestCode
 from txmq.protocol.frame import RemotingCommand
+from txmq.txn.history import TransactionRecord
+from txmq.txn.model import Decision, TxState
 
 if TYPE_CHECKING:
     from txmq.broker.config import BrokerConfig
@@ -151,7 +153,7 @@ class TransactionAdminProcessor:
     async def resolve(self, service: TransactionService, data: dict[str, Any]) -> Any:
         ident = _ident(data)
         decision = str(data.get("decision") or "").upper()
-        if decision not in (COMMIT, ROLLBACK):
+        if decision not in (Decision.COMMIT, Decision.ROLLBACK):
             raise _bad_request(f'[TXMQ] "decision" must be COMMIT or ROLLBACK, got {data.get("decision")!r}')
         rec = service.find(ident)
         if rec is None:

@@ -1,6 +1,6 @@
 """The transaction core, with no IO: its words (:mod:`.model`), the rules as a table (:mod:`.machine`) and the check
 journal's format (:mod:`.journal`). Like :mod:`txmq.protocol`, it imports only ``txmq.protocol`` and ``txmq.errors``;
-the broker's driver (``txmq.broker.transactions``) carries out what it decides.
+the broker's driver (``txmq.broker.txn``) carries out what it decides.
 """
 
 from txmq.txn.machine import (

@@ -61,6 +61,11 @@ DECISION_OF_STATE: dict[TxState, Decision] = {
     TxState.ROLLED_BACK: Decision.ROLLBACK,
     TxState.DISCARDED: Decision.DISCARD,
 }
+INPUT_OF_DECISION: dict[str, Input] = {
+    Decision.COMMIT: Input.COMMIT,
+    Decision.ROLLBACK: Input.ROLLBACK,
+    Decision.DISCARD: Input.DISCARD,
+}
 RESOLVED = frozenset({TxState.COMMITTED, TxState.ROLLED_BACK})
 
 

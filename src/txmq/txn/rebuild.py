@@ -15,12 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from txmq.txn.machine import IllegalTransactionTransition, Verdict, rule
-from txmq.txn.model import By, Decision, Input, TxState, state_after
+from txmq.txn.model import INPUT_OF_DECISION, By, Decision, Input, TxState, state_after
 
 UNKNOWN = "UNKNOWN"  # a marker written by RocketMQ: ended, committed when a committed copy exists
 RESUME = "RESUME"
 _KNOWN = frozenset({Decision.COMMIT, Decision.ROLLBACK, Decision.DISCARD, RESUME, UNKNOWN})
-_INPUTS = {Decision.COMMIT: Input.COMMIT, Decision.ROLLBACK: Input.ROLLBACK, Decision.DISCARD: Input.DISCARD}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +66,7 @@ def fold(folded: Folded, event: OpEvent) -> Folded:
     else:
         # A decision on disk was taken by someone the table let decide; who it was matters for what the broker answers
         # (REPEAT or REFUSE), never for what is stored, so the replay asks as the producer.
-        step = _INPUTS[Decision(event.action)]
+        step = INPUT_OF_DECISION[event.action]
         by = By.BROKER if step is Input.DISCARD else By.PRODUCER
     try:
         found = rule(current, step, by)

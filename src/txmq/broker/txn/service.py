@@ -1,0 +1,488 @@
+"""The transaction driver: it feeds the :class:`~txmq.txn.table.TransactionTable` its inputs and carries out the
+effects it returns, with the store, the check journal and the producers' connections.
+
+* **prepare**: the half message is stored; once stored, the table holds it as fresh.
+* **decide**: the table validates a COMMIT or ROLLBACK (from any door, or an operator) against the half message,
+  which the driver reads when the table no longer holds it; the decision is stored by the :class:`DecisionWriter`
+  (one append per event-loop turn), one decision at a time per half message (:class:`Turns`).
+* **checks**: a loop asks the table what is due each tick, sends checks through :class:`ProducerChecks` (any
+  live producer of the group, whichever door), and discards what reached ``transactionCheckMax``.
+* **start**: the store's half and op queues and the journal are read (:class:`StoreLookups`, :class:`JournalFile`),
+  the table is loaded, and commits whose marker was lost in a crash are repaired.
+
+The on-disk model, the crash-safety argument and the history are in ``docs/transactions.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from txmq.broker.refusal import BrokerRefusal
+from txmq.broker.txn.journal_file import JournalFile
+from txmq.broker.txn.lookups import StoreLookups
+from txmq.broker.txn.producers import ProducerChecks
+from txmq.broker.txn.writer import Answer, DecisionWriter, Queued, Turns, marker_stored
+from txmq.protocol.codes import ResponseCode
+from txmq.protocol.op_marker import OP_TAG, PROP_BY, RESUME_TAG
+from txmq.protocol.record import MessageRecord, Prop, encode_offset_msg_id
+from txmq.protocol.topics import (
+    PERM_READ,
+    PERM_WRITE,
+    SYS_TRANS_GROUP,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+)
+from txmq.txn import records
+from txmq.txn.effects import DecisionRequest, Discard, Reply, StoreDecision
+from txmq.txn.history import TransactionRecord
+from txmq.txn.model import By, Decision
+from txmq.txn.table import DEFAULT_DECIDED_MAX, DEFAULT_HISTORY_MAX, TransactionTable, TxSettings
+
+if TYPE_CHECKING:
+    from txmq.broker.clients import ClientRegistry
+    from txmq.broker.config import BrokerConfig
+    from txmq.broker.offsets import ConsumerOffsetManager
+    from txmq.broker.schedule import ScheduleService
+    from txmq.broker.topics import TopicConfigManager
+    from txmq.clock import Clock
+    from txmq.store.message_store import MessageStore
+
+log = logging.getLogger("txmq.broker.transactions")
+
+NOT_RUNNING = "[TXMQ] the transaction service is not running"
+
+
+def settings_of(config: BrokerConfig) -> TxSettings:
+    extra = getattr(config, "extra", None) or {}
+
+    def number(key: str, default: int) -> int:
+        raw = extra.get(key)
+        if raw is None:
+            return default
+        try:
+            return max(0, int(str(raw).strip()))
+        except ValueError:
+            log.error("broker.conf %s=%r is not an integer; using %d", key, raw, default)
+            return default
+
+    return TxSettings(
+        timeout_ms=config.transaction_time_out,
+        check_interval_ms=config.transaction_check_interval,
+        check_max=config.transaction_check_max,
+        reserved_ms=config.file_reserved_time * 3_600_000,
+        history_max=number("transactionHistoryMax", DEFAULT_HISTORY_MAX),
+        decided_max=number("transactionDecidedMax", DEFAULT_DECIDED_MAX),
+        resolution_window=number("transactionResolutionWindow", 1_000),
+    )
+
+
+class TransactionService:
+    """The broker's transactional-message driver; ``broker.transactions``."""
+
+    tick_seconds = 1.0
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        clock: Clock,
+        store_host: tuple[str, int],
+        store: MessageStore,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        clients: ClientRegistry,
+        schedule: ScheduleService,
+        topic_changed: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.store_host = store_host
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.schedule = schedule
+        self.topic_changed = topic_changed
+        self.table = TransactionTable(settings_of(config), store_host)
+        self.lookups = StoreLookups(store, self.table)
+        self.journal = JournalFile(Path(config.store_path_root_dir) / "config")
+        self.producers = ProducerChecks(clients)
+        self.turns = Turns()
+        self.writer = DecisionWriter(store, self.table, clock.now_ms, store_host, self._op_topic_ready)
+        self._task: asyncio.Task[None] | None = None
+        self._waiting: set[asyncio.Future[Answer]] = set()  # oneway decisions waiting for their turn
+        self._ready = False
+
+    # -- life cycle ------------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.rebuild()
+        self.store.add_retention_guard(self.table.retention_guard)
+        self._ready = True
+        self._task = asyncio.create_task(self._check_loop(), name="broker-transaction-checks")
+
+    async def close(self) -> None:
+        self._ready = False
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.journal.flush()
+
+    @property
+    def busy(self) -> bool:
+        """A decision is being stored, or waits for the next append."""
+        return bool(len(self.turns)) or not self.writer.idle
+
+    def retention_guard(self) -> int:
+        return self.table.retention_guard()
+
+    @property
+    def pending(self) -> dict[int, TransactionRecord]:
+        """Every in-doubt transaction, by half commit-log offset (fresh ones get their record)."""
+        return self.table.pending()
+
+    def pending_transactions(self) -> list[dict[str, Any]]:
+        now = self.clock.now_ms()
+        return [p.status(now) for p in sorted(self.pending.values(), key=lambda p: p.phys)]
+
+    def counter_values(self) -> dict[str, int]:
+        """The ``tx.*`` counters (GET_BROKER_RUNTIME_INFO and TXMQ_TRANSACTION_COUNTERS)."""
+        return self.table.counter_values()
+
+    def find(self, ident: str) -> TransactionRecord | None:
+        return self.lookups.find(ident)
+
+    def list_in_doubt(self, **filters: Any) -> tuple[int, list[TransactionRecord]]:
+        return self.table.list_in_doubt(self.clock.now_ms(), **filters)
+
+    # -- start -----------------------------------------------------------------------------------------------------
+
+    async def rebuild(self) -> None:
+        """Load the table from the half and op queues plus the journal, then repair half-done commits."""
+        journal = await asyncio.to_thread(self.journal.load)
+        loaded, decided = await asyncio.to_thread(self.lookups.scan)
+        table = self.table
+        table.load(loaded, decided, journal)
+        repaired = 0
+        for entry in list(table.pending_records.values()):
+            try:
+                copy_phys = self.lookups.find_committed_copy(entry)
+                if copy_phys is not None:
+                    copy_id = encode_offset_msg_id(self.store_host, copy_phys)
+                    await self._write_op(
+                        [(entry.queue_offset, entry.phys, Decision.COMMIT, By.RECOVERY, copy_id, entry.uniq_key)]
+                    )
+                    table.recovered(entry, copy_id, self.clock.now_ms())
+                    repaired += 1
+            except Exception:
+                log.exception("checking half message at %d for a committed copy failed", entry.phys)
+        if repaired:
+            log.warning("%d committed transaction(s) lacked their op marker (crash after commit): written", repaired)
+        await self._rewrite_journal()
+        log.info(
+            "transactions: %d pending, %d decided, %d in history",
+            len(table.pending_records),
+            len(table.decided),
+            len(table.history),
+        )
+
+    async def _rewrite_journal(self) -> None:
+        await self.journal.rewrite((rec.phys, rec.check_log) for rec in self.table.history)
+
+    # -- prepare ---------------------------------------------------------------------------------------------------
+
+    def prepare(self, record: MessageRecord) -> asyncio.Future[Any]:
+        """Store ``record`` (a prepare with its producer group) as a half message: a future of the store's put
+        result; once stored, the transaction is in doubt. Raises :class:`BrokerRefusal`."""
+        if not self._ready:
+            raise BrokerRefusal(ResponseCode.SYSTEM_BUSY, NOT_RUNNING)
+        limit = self.config.max_pending_transactions
+        in_doubt = self.table.in_doubt
+        if in_doubt >= limit:
+            raise BrokerRefusal(
+                ResponseCode.SYSTEM_BUSY,
+                f"[TXMQ] too many in-doubt transactions on broker {self.config.broker_name}: "
+                f"{in_doubt} pending, limit maxPendingTransactions={limit}; "
+                "commit or roll back pending transactions, or retry later",
+            )
+        half = records.make_half(record)
+        self._ensure(TRANS_HALF_TOPIC)
+        stored = self.store.put_future(half)
+
+        def prepared(done: asyncio.Future[Any]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                return
+            result = done.result()
+            if result.ok:
+                half.physical_offset = result.physical_offset
+                half.queue_offset = result.queue_offset
+                half.store_timestamp = result.store_timestamp
+                half.store_size = result.size
+                self.table.prepared(half)
+
+        stored.add_done_callback(prepared)  # before the door's own callback: the answer comes after this
+        return stored
+
+    # -- decisions -------------------------------------------------------------------------------------------------
+
+    def decide(self, req: DecisionRequest) -> Answer | asyncio.Future[Answer]:
+        """Apply a COMMIT or ROLLBACK: (code, remark) when settled at once, else a future of it (the store write; no
+        task, when no other decision about the same half message is in progress)."""
+        if not self._ready:
+            return ResponseCode.SYSTEM_BUSY, NOT_RUNNING
+        if not self.turns.take(req.phys):
+            return asyncio.ensure_future(self._in_turn(req))
+        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        return self._submit(req, answer)
+
+    def decide_oneway(self, req: DecisionRequest) -> None:
+        """Apply a decision nobody waits for (a oneway END_TRANSACTION, as real clients send it): a failure to store
+        it is logged."""
+        if not self._ready:
+            log.warning("END_TRANSACTION %s dropped: %s", req.msg_id, NOT_RUNNING)
+            return
+        if not self.turns.take(req.phys):
+            task = asyncio.ensure_future(self._in_turn(req))
+            self._waiting.add(task)
+            task.add_done_callback(self._waited)
+            return
+        self._submit(req, None)
+
+    def _waited(self, task: asyncio.Future[Answer]) -> None:
+        self._waiting.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("a oneway END_TRANSACTION failed", exc_info=exc)
+
+    def _submit(self, req: DecisionRequest, answer: asyncio.Future[Answer] | None) -> Answer | asyncio.Future[Answer]:
+        """Decide ``req`` holding its turn; the stored decision (or the answer given at once) ends the turn."""
+        try:
+            effect = self._decide(req)
+            if isinstance(effect, Reply):
+                self.turns.release(req.phys)
+                return effect.code, effect.remark
+            self.writer.queue(Queued(effect[0], effect[1], answer, self.turns))
+        except BaseException:
+            self.turns.release(req.phys)
+            raise
+        return answer if answer is not None else (ResponseCode.SUCCESS, None)
+
+    async def _in_turn(self, req: DecisionRequest) -> Answer:
+        await self.turns.wait_and_take(req.phys)
+        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        outcome = self._submit(req, answer)
+        return outcome if isinstance(outcome, tuple) else await outcome
+
+    def _decide(self, req: DecisionRequest) -> Reply | tuple[StoreDecision, MessageRecord | None]:
+        """The table's verdict, with the half message read when the table no longer holds it; a COMMIT's copy is
+        built here (redirected to the schedule topic when delayed): nothing is decided when that fails."""
+        table = self.table
+        phys = req.phys
+        half = table.fresh.get(phys)
+        if half is None:
+            try:
+                half = self.store.read_message(phys)
+            except Exception as exc:
+                log.warning("END_TRANSACTION %s at commit-log offset %d: record unreadable: %s", req.msg_id, phys, exc)
+        effect = table.decide(req, half, self.lookups, self.clock.now_ms())
+        if isinstance(effect, Reply):
+            if effect.warning:
+                log.warning("%s", effect.warning)
+            return effect
+        if req.by is By.OPERATOR:
+            log.warning("transaction %s of group %s: %s by an operator", req.msg_id, req.group, req.decision)
+        if effect.decision != Decision.COMMIT:
+            return effect, None
+        copy = self._commit_copy(effect.half)
+        if isinstance(copy, Reply):
+            return copy
+        return effect, copy
+
+    def _commit_copy(self, half: MessageRecord) -> MessageRecord | Reply:
+        try:
+            copy = records.commit_copy(half, self.store_host)
+        except (KeyError, ValueError) as exc:
+            return Reply(ResponseCode.SYSTEM_ERROR, f"the prepared message lacks its real topic/queue: {exc}")
+        delay = copy.properties.get(Prop.DELAY)
+        if delay and delay != "0":
+            try:
+                copy = self.schedule.redirect(copy, delay)
+            except BrokerRefusal as exc:
+                return Reply(exc.code, exc.remark)
+        return copy
+
+    def note_answer(self, phys: int, group: str, answer: str) -> None:
+        """A producer's answer to a check (COMMIT, ROLLBACK or UNKNOWN), for the transaction's history."""
+        line = self.table.note_answer(phys, group, answer, self.clock.now_ms())
+        if line is not None:
+            self.journal.add(line.line)
+
+    # -- operator control ------------------------------------------------------------------------------------------
+
+    async def operator_resolve(self, rec: TransactionRecord, decision: str) -> Answer:
+        """Commit or roll back ``rec`` by hand: the END_TRANSACTION path, refused once anything decided it."""
+        if not self._ready:
+            return ResponseCode.SYSTEM_BUSY, NOT_RUNNING
+        req = DecisionRequest(
+            rec.phys,
+            Decision(decision),
+            By.OPERATOR,
+            rec.group,
+            rec.queue_offset,
+            rec.uniq_key or rec.half_msg_id,
+            origin="operator",
+        )
+        await self.turns.wait_and_take(rec.phys)
+        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        outcome = self._submit(req, answer)
+        return outcome if isinstance(outcome, tuple) else await outcome
+
+    async def resume(self, rec: TransactionRecord) -> Answer:
+        """Put a DISCARDED transaction back in the pending table; its checks start again from zero."""
+        if not self._ready:
+            return ResponseCode.SYSTEM_BUSY, NOT_RUNNING
+        await self.turns.wait_and_take(rec.phys)
+        try:
+            return await self._resume(rec.phys)
+        finally:
+            self.turns.release(rec.phys)
+
+    async def _resume(self, phys: int) -> Answer:
+        rec = self.lookups.record_at(phys)
+        if rec is None:
+            return ResponseCode.TRANSACTION_FAILED, (
+                f"[TXMQ] transaction {phys} is unknown; only a DISCARDED transaction can be resumed"
+            )
+        refusal = self.table.may_resume(rec)
+        if refusal is not None:
+            return refusal.code, refusal.remark
+        try:
+            half = self.store.read_message(rec.phys, rec.size)
+        except Exception:
+            half = None
+        if half is None or half.topic != TRANS_HALF_TOPIC:
+            return ResponseCode.SYSTEM_ERROR, (
+                f"[TXMQ] the half message of transaction {rec.name} at commit-log offset {rec.phys} is no longer "
+                f"stored (retention); its copy stays in {TRANS_CHECK_MAX_TIME_TOPIC} as {rec.discarded_msg_id}"
+            )
+        self._op_topic_ready()
+        marker = records.note_marker(
+            rec.phys,
+            rec.queue_offset,
+            rec.uniq_key,
+            RESUME_TAG,
+            {PROP_BY: By.OPERATOR},
+            self.clock.now_ms(),
+            self.store_host,
+        )
+        if not marker_stored(await self.store.put(marker), RESUME_TAG, "", rec.phys):
+            return ResponseCode.SYSTEM_ERROR, "[TXMQ] storing the resume record failed; nothing changed"
+        self.table.resumed(rec, self.clock.now_ms())
+        log.warning("transaction %s of group %s resumed by an operator; checks start again", rec.name, rec.group)
+        return ResponseCode.SUCCESS, None
+
+    # -- checks ----------------------------------------------------------------------------------------------------
+
+    async def _check_loop(self) -> None:
+        while True:
+            await self.clock.sleep(self.tick_seconds)
+            try:
+                await self.check_round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("transaction check round failed; retrying next tick")
+
+    async def check_round(self) -> int:
+        """Check (or discard) every pending transaction that is due; returns how many checks were sent."""
+        now = self.clock.now_ms()
+        table = self.table
+        sent = 0
+        for due in table.due(now, self.turns):
+            rec = due.rec
+            if not table.still_pending(rec):
+                continue  # decided while this round was running
+            try:
+                if isinstance(due, Discard):
+                    await self._discard(rec)
+                elif self._send_check(rec, now):
+                    sent += 1
+                else:
+                    table.check_not_sent(rec, now)
+            except Exception:
+                log.exception("checking transaction at commit-log offset %d failed; retrying later", rec.phys)
+                if table.still_pending(rec):
+                    table.reschedule(rec, now + table.settings.check_interval_ms)
+        if self.journal.wants_compaction:
+            await self._rewrite_journal()
+        else:
+            await self.journal.flush_async()
+        self._commit_progress()
+        return sent
+
+    def _send_check(self, rec: TransactionRecord, now: int) -> bool:
+        """Send the check to a live producer of the group; True when it went out (and so counts)."""
+        half = self.store.read_message(rec.phys, rec.size)
+        if half is None or half.topic != TRANS_HALF_TOPIC:
+            raise ValueError(f"no half message at commit-log offset {rec.phys}")
+        client = self.producers.send(records.check_request(half, rec.group, rec.checks + 1))
+        if client is None:
+            if not rec.waiting_for_producer:
+                log.info("transaction %s waits: no producer of group %s is online", rec.uniq_key, rec.group)
+            return False
+        self.journal.add(self.table.check_sent(rec, now).line)
+        log.debug("checked transaction %s (%d) with %s", rec.uniq_key, rec.checks, client)
+        return True
+
+    async def _discard(self, rec: TransactionRecord) -> None:
+        half = self.store.read_message(rec.phys, rec.size)
+        if half is None:
+            raise ValueError(f"no half message at commit-log offset {rec.phys}")
+        self._ensure(TRANS_CHECK_MAX_TIME_TOPIC)
+        result = await self.store.put(records.discard_copy(half, rec.checks, self.store_host))
+        if not result.ok:
+            raise OSError(f"copying to {TRANS_CHECK_MAX_TIME_TOPIC} failed: {result}")
+        if not self.table.discarding(rec):
+            return  # decided while the copy was stored: the decision stands
+        copy_msg_id = encode_offset_msg_id(self.store_host, result.physical_offset)
+        await self._write_op([(rec.queue_offset, rec.phys, Decision.DISCARD, By.BROKER, copy_msg_id, rec.uniq_key)])
+        self.table.resolve(rec, Decision.DISCARD, By.BROKER, copy_msg_id, self.clock.now_ms())
+        log.warning(
+            "transaction %s of group %s unresolved after %d checks: moved to %s",
+            rec.uniq_key,
+            rec.group,
+            rec.checks,
+            TRANS_CHECK_MAX_TIME_TOPIC,
+        )
+
+    def _commit_progress(self) -> None:
+        """Record RocketMQ's consumed offsets of the half and op queues for CID_RMQ_SYS_TRANS (for admin tools)."""
+        store = self.store
+        lowest = self.table.lowest_half_queue_offset()
+        half_end = store.max_offset(TRANS_HALF_TOPIC, 0)
+        if half_end:
+            self.offsets.commit(SYS_TRANS_GROUP, TRANS_HALF_TOPIC, 0, half_end if lowest is None else lowest)
+        op_end = store.max_offset(TRANS_OP_HALF_TOPIC, 0)
+        if op_end:
+            self.offsets.commit(SYS_TRANS_GROUP, TRANS_OP_HALF_TOPIC, 0, op_end)
+
+    # -- op records ------------------------------------------------------------------------------------------------
+
+    async def _write_op(self, items: list[records.MarkerItem]) -> bool:
+        """Store one op marker on its own (recovery, discard)."""
+        self._op_topic_ready()
+        result = await self.store.put(records.decision_marker(items, self.clock.now_ms(), self.store_host))
+        return marker_stored(result, OP_TAG, items[0][2], items[0][1])
+
+    def _op_topic_ready(self) -> None:
+        self._ensure(TRANS_OP_HALF_TOPIC)
+
+    def _ensure(self, topic: str) -> None:
+        if topic not in self.topics.topics and self.topics.ensure(topic, 1, PERM_READ | PERM_WRITE)[1]:
+            self.topic_changed()

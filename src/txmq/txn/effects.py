@@ -1,0 +1,71 @@
+"""What the transaction table asks its driver to do, as data: the table decides, the driver carries these out.
+
+* :class:`Reply`: answer the request now with (code, remark); nothing is stored. ``warning`` is a line for the log.
+* :class:`StoreDecision`: store the decision, a COMMIT's copy first and then the op marker, and tell the table once
+  stored (:meth:`~txmq.txn.table.TransactionTable.applied`). A ROLLBACK is already applied in memory when the
+  table returns it: the marker only records it.
+* :class:`SendCheck`: ask a live producer of the group about this transaction; report back whether it went out.
+* :class:`Discard`: give up asking: copy the half message to TRANS_CHECK_MAX_TIME_TOPIC, then write a DISCARD marker.
+* :class:`AppendJournal`: append this line to the check journal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from txmq.protocol.record import MessageRecord
+from txmq.txn.history import TransactionRecord
+from txmq.txn.model import By, Decision
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRequest:
+    """A COMMIT or ROLLBACK about one half message, from any door (END_TRANSACTION, gRPC EndTransaction, an
+    operator), with what the request says the half message is."""
+
+    phys: int  # the half message's commit-log offset
+    decision: Decision
+    by: By
+    group: str  # the producer group the request names
+    queue_offset: int  # the half queue offset it names (tranStateTableOffset)
+    msg_id: str  # how the request names the message (for logs and remarks)
+    transaction_id: str | None = None
+    origin: object = None  # who sent it (a peer address), for logs
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    code: int
+    remark: str | None
+    warning: str | None = None
+
+
+@dataclass(slots=True)
+class StoreDecision:
+    phys: int
+    queue_offset: int
+    uniq_key: str | None
+    decision: Decision
+    by: By
+    half: MessageRecord
+    rec: TransactionRecord | None  # the record, when one exists (else the transaction is fresh)
+    msg_id: str
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendCheck:
+    rec: TransactionRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Discard:
+    rec: TransactionRecord
+
+
+@dataclass(frozen=True, slots=True)
+class AppendJournal:
+    line: str
+
+
+Due = SendCheck | Discard
