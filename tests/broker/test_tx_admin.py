@@ -137,6 +137,28 @@ async def test_list_filters_and_show_by_every_kind_of_id(h: Harness) -> None:
     assert (await call(h, LIST))[0].code == ResponseCode.SUCCESS
 
 
+async def test_listing_by_state_includes_transactions_decided_at_once(h: Harness) -> None:
+    # Most transactions are decided milliseconds after their prepare and never get a record in memory; listing
+    # resolved states still finds them (their record is rebuilt from the half message), with the filters applied.
+    p = await h.producer("PG")
+    quick = await p.prepare("TopicA", b"quick")
+    other = await p.prepare("TopicB", b"other")
+    rolled = await p.prepare("TopicA", b"rolled")
+    slow = await p.prepare("TopicA", b"slow")
+    for prep, decision in ((quick, COMMIT), (other, COMMIT), (rolled, ROLLBACK)):
+        assert (await p.end(prep, decision)).code == ResponseCode.SUCCESS
+    assert h.svc.table.history.records == {}  # all three are light entries
+    _, data = await call(h, LIST, {"states": ["COMMITTED"]})
+    assert data["total"] == 2 and [t["uniqKey"] for t in data["transactions"]] == [quick.uniq, other.uniq]
+    _, data = await call(h, LIST, {"states": ["COMMITTED", "ROLLED_BACK"], "topic": "TopicA"})
+    assert [(t["uniqKey"], t["state"]) for t in data["transactions"]] == [
+        (quick.uniq, "COMMITTED"),
+        (rolled.uniq, "ROLLED_BACK"),
+    ]
+    _, data = await call(h, LIST)  # the default stays the in-doubt ones
+    assert [t["uniqKey"] for t in data["transactions"]] == [slow.uniq]
+
+
 async def test_history_lists_every_check_with_its_answer(h: Harness) -> None:
     p = await h.producer()
     prep = await p.prepare("TxTopic", b"doubt")

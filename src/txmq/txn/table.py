@@ -158,12 +158,14 @@ class TransactionTable:
         older_than_ms: int | None = None,
         states: frozenset[TxState] = frozenset({TxState.PREPARED, TxState.DISCARDED}),
         limit: int = 100,
+        also: Iterable[TransactionRecord] = (),
     ) -> tuple[int, list[TransactionRecord]]:
-        """(how many match, the oldest ``limit`` of them) among the records held."""
+        """(how many match, the oldest ``limit`` of them) among the records held and ``also`` (the records of
+        light entries, rebuilt by the driver: :meth:`light_in`)."""
         self.materialize_all()
         matched = [
             r
-            for r in self.history
+            for r in [*self.history, *also]
             if r.state in states
             and (group is None or r.group == group)
             and (topic is None or r.topic == topic)
@@ -171,6 +173,11 @@ class TransactionTable:
         ]
         matched.sort(key=lambda r: (r.prepared_at, r.phys))
         return len(matched), matched[: max(0, limit)]
+
+    def light_in(self, states: frozenset[TxState]) -> list[int]:
+        """The half offsets of the light entries (transactions decided while fresh, held without a record) whose
+        decision leaves them in one of ``states``."""
+        return [phys for phys, light in self.history.light.items() if STATE_OF_DECISION[light.decision] in states]
 
     # -- prepare -----------------------------------------------------------------------------------------------------
 

@@ -160,7 +160,11 @@ class TransactionService:
         return self.lookups.find(ident)
 
     def list_in_doubt(self, **filters: Any) -> tuple[int, list[TransactionRecord]]:
-        return self.table.list_in_doubt(self.clock.now_ms(), **filters)
+        """Transactions by state (PREPARED and DISCARDED unless ``states`` says otherwise), group, topic and age;
+        a resolved one decided while fresh has no record in memory, and is rebuilt from its half message."""
+        states = filters.get("states")
+        light = [] if states is None else [self.lookups.record_at(phys) for phys in self.table.light_in(states)]
+        return self.table.list_in_doubt(self.clock.now_ms(), also=[r for r in light if r is not None], **filters)
 
     # -- start -----------------------------------------------------------------------------------------------------
 
