@@ -456,3 +456,66 @@ async def test_retention_guard_is_lowest_pending(h: Harness) -> None:
     assert h.svc.retention_guard() == second.phys
     assert (await p.end(second, COMMIT)).code == ResponseCode.SUCCESS
     assert h.svc.retention_guard() == 2**63 - 1
+
+
+# -- several messages in one transaction ---------------------------------------------------------------------------
+
+
+async def prepare_several(p: Producer, bodies: list[bytes], topic: str = "TxTopic") -> list[Prepared]:
+    """The messages of one transaction; its id is the first one's UNIQ_KEY."""
+    out: list[Prepared] = []
+    for seq, body in enumerate(bodies):
+        tx_id = out[0].uniq if out else ""
+        prepared = await p.prepare(topic, body, TXMQ_TX_ID=tx_id, TXMQ_TX_SEQ=str(seq)) if out else None
+        if prepared is None:  # the first: its UNIQ_KEY, made by prepare(), becomes the transaction id
+            uniq = f"UNIQ{next(_uniq):028d}"
+            prepared = await p.prepare(topic, body, UNIQ_KEY=uniq, TXMQ_TX_ID=uniq, TXMQ_TX_SEQ="0")
+            prepared.uniq = uniq
+        assert prepared.resp.code == ResponseCode.SUCCESS, prepared.resp.remark
+        out.append(prepared)
+    return out
+
+
+async def test_several_messages_are_decided_through_the_first_only(h: Harness) -> None:
+    p = await h.producer()
+    first, second, third = await prepare_several(p, [b"s0", b"s1", b"s2"])
+    refused = await p.end(second, COMMIT)
+    assert refused.code == ResponseCode.SYSTEM_ERROR and "decided through its first" in (refused.remark or "")
+    assert await pull_real(h, "TxTopic") == []
+    assert (await p.end(first, COMMIT)).code == ResponseCode.SUCCESS
+    assert sorted(m.body for m in await pull_real(h, "TxTopic")) == [b"s0", b"s1", b"s2"]
+    assert {h.svc.table.decided[x.phys] for x in (first, second, third)} == {"COMMIT"}
+    assert len(h.messages(TRANS_OP_HALF_TOPIC)) == 1  # one marker holds the three decisions
+    again = await p.end(first, ROLLBACK)
+    assert again.code == ResponseCode.SYSTEM_ERROR and "already decided as COMMIT" in (again.remark or "")
+
+
+async def test_a_late_or_repeated_message_of_a_transaction_is_refused(h: Harness) -> None:
+    p = await h.producer()
+    late = await p.prepare("TxTopic", b"late", TXMQ_TX_ID="NO-SUCH-TX", TXMQ_TX_SEQ="1")
+    assert late.resp.code == ResponseCode.MESSAGE_ILLEGAL and "is not open" in (late.resp.remark or "")
+    first, _second = await prepare_several(p, [b"a", b"b"])
+    twice = await p.prepare("TxTopic", b"b-again", TXMQ_TX_ID=first.uniq, TXMQ_TX_SEQ="1")
+    assert twice.resp.code == ResponseCode.MESSAGE_ILLEGAL and "already stored" in (twice.resp.remark or "")
+    assert (await p.end(first, COMMIT)).code == ResponseCode.SUCCESS
+    assert sorted(m.body for m in await pull_real(h, "TxTopic")) == [b"a", b"b"]
+
+
+async def test_a_commit_cut_short_by_a_crash_is_rolled_forward_at_start(h: Harness) -> None:
+    # The crash window: some committed copies are stored, the rest and the op marker are not. At start, any copy of
+    # the transaction proves the COMMIT: the missing copies and the marker are written, each message delivered once.
+    p = await h.producer()
+    preps = await prepare_several(p, [b"r0", b"r1", b"r2", b"r3"])
+    store = h.broker.store
+    for prepared in preps[:2]:
+        assert (await store.put(commit_copy(store.read_message(prepared.phys), h.svc.store_host))).ok
+    undecided = await prepare_several(p, [b"u0", b"u1"])  # no copy at all: still in doubt after the restart
+    await h.restart()
+    assert sorted(m.body for m in await pull_real(h, "TxTopic")) == [b"r0", b"r1", b"r2", b"r3"]
+    assert {h.svc.table.decided[x.phys] for x in preps} == {"COMMIT"}
+    assert sorted(h.svc.pending) == sorted(x.phys for x in undecided)
+    assert list(h.svc.table.groups) == [undecided[0].uniq]
+    p = await h.producer()
+    await h.tick(30)
+    assert [int(c.ext_fields["commitLogOffset"]) for c in p.checks] == [undecided[0].phys] * len(p.checks)
+    assert p.checks and all(c.ext_fields.get("msgId") == undecided[0].uniq for c in p.checks)

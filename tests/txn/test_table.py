@@ -174,7 +174,7 @@ def test_only_a_discarded_transaction_can_be_resumed() -> None:
     assert t.discarding(rec)
     t.resolve(rec, Decision.DISCARD, By.BROKER, None, T0 + 7_000)
     assert t.may_resume(rec) is None
-    t.resumed(rec, T0 + 8_000)
+    t.resumed([rec], T0 + 8_000)
     assert rec.state is TxState.PREPARED and rec.checks == 0 and 1000 not in t.decided and t.pending() == {1000: rec}
 
 

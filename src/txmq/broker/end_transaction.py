@@ -64,6 +64,7 @@ class EndTransactionProcessor:
             header.msgId,
             header.transactionId,
             peer,
+            header.txmqMessages,
         )
         if oneway:
             self.transactions.decide_oneway(req)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import zlib
@@ -208,8 +209,16 @@ class SendProcessor:
             )
         if not record.properties.get(Prop.PGROUP) and header.producerGroup:
             record.properties[Prop.PGROUP] = header.producerGroup
-        stored = self.transactions.prepare(record)
-        return answer_when_stored(cmd, stored, queue_id, config, self.store_host)
+        transactions = self.transactions
+        half = transactions.admit(record)
+        return answer_when_stored(
+            cmd,
+            self.store.put_future(half),
+            queue_id,
+            config,
+            self.store_host,
+            functools.partial(transactions.half_stored, half),
+        )
 
     def _inflate(self, body: bytes) -> bytes:
         limit = self.config.max_message_size * 4

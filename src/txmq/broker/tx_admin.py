@@ -112,7 +112,11 @@ class TransactionAdminProcessor:
         return run
 
     def _transaction(self, service: TransactionService, rec: TransactionRecord) -> dict[str, Any]:
-        return {"transaction": rec.to_json(service.clock.now_ms())}
+        now = service.clock.now_ms()
+        shown = rec.to_json(now)
+        if rec.tx_id:  # a transaction of several messages: every one of them
+            shown["messages"] = [m.summary(now) for m in service.members(rec)]
+        return {"transaction": shown}
 
     def _not_found(self, ident: str) -> BrokerRefusal:
         return BrokerRefusal(

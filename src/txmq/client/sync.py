@@ -16,6 +16,7 @@ from txmq.client import admin as _admin
 from txmq.client import producer as _producer
 from txmq.client import pull_consumer as _pull
 from txmq.client import push_consumer as _push
+from txmq.client import several as _several
 from txmq.client import transaction as _transaction
 from txmq.client._portal import get_portal
 from txmq.client.admin import ClusterInfo, ConsumeStats, TopicOffset
@@ -28,7 +29,7 @@ from txmq.client.route import TopicRoute
 from txmq.client.selection import QueueSelector
 from txmq.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
 
-__all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
+__all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "Transaction", "TransactionProducer"]
 
 C = TypeVar("C", bound=ClientLifecycle)
 
@@ -206,8 +207,21 @@ class TransactionProducer(Producer):
             state = LocalTransactionState.ROLLBACK
         return self.end_transaction(message, result, state, error)
 
-    def send_half(self, message: Message, timeout: float | None = None) -> SendResult:
-        return self._portal.run(self._tx.send_half(message, timeout))
+    def transaction(self, arg: Any = None, timeout: float | None = None) -> Transaction:
+        """Several messages in one transaction (see :meth:`txmq.client.TransactionProducer.transaction`)::
+
+            with producer.transaction(order) as tx:
+                tx.send(Message("Orders", b"created"))
+                tx.send(Message("Stock", b"reserved"))
+
+        ``execute_local_transaction(tx, arg)`` runs in this thread when the block ends.
+        """
+        return Transaction(self, self._tx.transaction(arg, timeout))
+
+    def send_half(
+        self, message: Message, timeout: float | None = None, *, queue: MessageQueue | None = None
+    ) -> SendResult:
+        return self._portal.run(self._tx.send_half(message, timeout, queue=queue))
 
     def end_transaction(
         self,
@@ -217,6 +231,68 @@ class TransactionProducer(Producer):
         error: BaseException | None = None,
     ) -> TransactionSendResult:
         return self._portal.run(self._tx.end_transaction(message, result, state, error))
+
+
+class Transaction:
+    """Blocking :class:`txmq.client.several.Transaction`: ``send`` in a ``with`` block."""
+
+    def __init__(self, producer: TransactionProducer, tx: _several.Transaction) -> None:
+        self._producer = producer
+        self.aio = tx
+
+    @property
+    def transaction_id(self) -> str | None:
+        return self.aio.transaction_id
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.aio.messages
+
+    @property
+    def results(self) -> list[SendResult]:
+        return self.aio.results
+
+    @property
+    def result(self) -> TransactionSendResult | None:
+        return self.aio.result
+
+    @property
+    def state(self) -> LocalTransactionState | None:
+        return self.aio.state
+
+    @property
+    def arg(self) -> Any:
+        return self.aio.arg
+
+    def __len__(self) -> int:
+        return len(self.aio)
+
+    def send(self, message: Message) -> SendResult:
+        return self._producer._portal.run(self.aio.send(message))
+
+    def end(self, state: LocalTransactionState, error: BaseException | None = None) -> TransactionSendResult:
+        return self._producer._portal.run(self.aio.end(state, error))
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        tx = self.aio
+        if not tx.results:
+            return
+        if exc is not None:
+            _several.roll_back_quietly(tx, exc, self._producer._portal.run)
+            return
+        listener = tx.producer.listener
+        assert listener is not None
+        state, error = _transaction.run_listener_blocking(
+            listener.execute_local_transaction,
+            (self, tx.arg),
+            "execute_local_transaction",
+            tx.messages[0],
+            self._producer._portal.run,
+        )
+        self.end(state, error)
 
 
 class PushConsumer(_BlockingConsumer[_push.PushConsumer]):

@@ -12,104 +12,41 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import enum
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from txmq.client.callbacks import call_user, call_user_blocking
+from txmq.client import several
+from txmq.client.callbacks import call_user
 from txmq.client.instance import ClientInstance
-from txmq.client.message import DEFAULT_TOPIC, Message, MessageExt, SendResult, SendStatus
+from txmq.client.local_state import (
+    LocalTransactionState,
+    TransactionListener,
+    TransactionSendResult,
+    coerce_state,
+    failed_state,
+    run_listener_blocking,
+)
+from txmq.client.message import DEFAULT_TOPIC, Message, MessageExt, MessageQueue, SendResult, SendStatus
 from txmq.client.producer import Producer, check_message
 from txmq.errors import MQClientError, ProtocolError, RemotingError
 from txmq.net import Connection
 from txmq.protocol.codes import RequestCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
-from txmq.protocol.record import Prop, TransactionType, decode_offset_msg_id, decode_record
+from txmq.protocol.record import Prop, decode_offset_msg_id, decode_record
 
 log = logging.getLogger("txmq.client")
 
-
-class LocalTransactionState(enum.Enum):
-    """What a local transaction (or a check of one) concluded. RocketMQ's names are aliases."""
-
-    COMMIT = "COMMIT_MESSAGE"
-    ROLLBACK = "ROLLBACK_MESSAGE"
-    UNKNOWN = "UNKNOW"
-
-    COMMIT_MESSAGE = "COMMIT_MESSAGE"
-    ROLLBACK_MESSAGE = "ROLLBACK_MESSAGE"
-    UNKNOW = "UNKNOW"
-
-    @property
-    def commit_or_rollback(self) -> int:
-        """END_TRANSACTION's ``commitOrRollback``: 8 commit, 12 rollback, 0 unknown (the broker checks later)."""
-        return _WIRE_DECISION[self]
-
-
-_WIRE_DECISION = {
-    LocalTransactionState.COMMIT: int(TransactionType.COMMIT),
-    LocalTransactionState.ROLLBACK: int(TransactionType.ROLLBACK),
-    LocalTransactionState.UNKNOWN: int(TransactionType.NOT_TYPE),
-}
-
-
-@runtime_checkable
-class TransactionListener(Protocol):
-    """The application's side of a transaction. Either method may be a plain function or ``async def``.
-
-    Plain functions run in threads (``check_local_transaction`` on the producer's bounded check executor), so they
-    must be thread-safe; ``async def`` ones run on the client's event loop. Raising means UNKNOWN.
-    """
-
-    def execute_local_transaction(self, message: Message, arg: Any) -> Any: ...
-
-    def check_local_transaction(self, message: MessageExt) -> Any: ...
-
-
-@dataclass(slots=True)
-class TransactionSendResult(SendResult):
-    """A :class:`SendResult` for the half message plus the local transaction's outcome.
-
-    ``msg_id`` and ``transaction_id`` are the UNIQ_KEY; ``offset_msg_id`` and ``queue_offset`` locate the half
-    message on the broker.
-    """
-
-    local_transaction_state: LocalTransactionState = LocalTransactionState.UNKNOWN
-
-    @property
-    def send_status(self) -> SendStatus:
-        return self.status
-
-
-def coerce_state(value: Any, what: str) -> LocalTransactionState:
-    """A listener's return value as a state; anything unrecognisable is UNKNOWN (logged)."""
-    if isinstance(value, LocalTransactionState):
-        return value
-    if isinstance(value, str):
-        with contextlib.suppress(KeyError):
-            return LocalTransactionState[value.upper()]
-        with contextlib.suppress(ValueError):
-            return LocalTransactionState(value.upper())
-    log.warning("%s returned %r, not a LocalTransactionState; treated as UNKNOWN", what, value)
-    return LocalTransactionState.UNKNOWN
-
-
-def failed_state(exc: BaseException, what: str, msg: Message) -> LocalTransactionState:
-    log.warning("%s raised for message %s; state UNKNOWN, the broker will check it", what, msg.uniq_key, exc_info=exc)
-    return LocalTransactionState.UNKNOWN
-
-
-def run_listener_blocking(
-    fn: Callable[..., Any], args: tuple[Any, ...], what: str, msg: Message, run: Callable[[Awaitable[Any]], Any]
-) -> tuple[LocalTransactionState, BaseException | None]:
-    """Call ``fn(*args)`` in this thread (``run`` finishes an awaitable it returns); exceptions become UNKNOWN."""
-    try:
-        return coerce_state(call_user_blocking(fn, *args, run=run), what), None
-    except Exception as exc:
-        return failed_state(exc, what, msg), exc
+__all__ = [
+    "LocalTransactionState",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "coerce_state",
+    "failed_state",
+    "run_listener_blocking",
+]
 
 
 class TransactionProducer(Producer):
@@ -130,6 +67,7 @@ class TransactionProducer(Producer):
         *,
         check_threads: int = 1,
         check_backlog: int = 2000,
+        max_messages_per_transaction: int = 64,
         **options: Any,
     ) -> None:
         super().__init__(group, namesrv_addr, **options)
@@ -140,6 +78,7 @@ class TransactionProducer(Producer):
         self.listener = listener
         self.check_threads = check_threads
         self.check_backlog = max(1, check_backlog)
+        self.max_messages_per_transaction = max(1, max_messages_per_transaction)
         self._check_executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._check_slots: asyncio.Semaphore | None = None
         self._check_tasks: set[asyncio.Task[None]] = set()
@@ -214,7 +153,23 @@ class TransactionProducer(Producer):
             state, error = LocalTransactionState.ROLLBACK, None  # not safely stored: do not run the transaction
         return await self.end_transaction(message, result, state, error)
 
-    async def send_half(self, message: Message, timeout: float | None = None) -> SendResult:
+    def transaction(self, arg: Any = None, timeout: float | None = None) -> several.Transaction:
+        """Several messages in one transaction, all visible on COMMIT or none ever::
+
+            async with producer.transaction(order) as tx:
+                await tx.send(Message("Orders", b"created"))
+                await tx.send(Message("Stock", b"reserved"))
+
+        When the block ends without an exception, the listener's ``execute_local_transaction(tx, arg)`` runs with
+        the whole :class:`Transaction`, and its answer decides every message with one END_TRANSACTION, which the
+        broker acknowledges (``tx.result``). An exception in the block rolls back what was sent and propagates.
+        The messages go to one broker (topics with queues there), at most ``max_messages_per_transaction``.
+        """
+        return several.Transaction(self, arg, timeout)
+
+    async def send_half(
+        self, message: Message, timeout: float | None = None, *, queue: MessageQueue | None = None
+    ) -> SendResult:
         """Step 1: store ``message`` as a half message (consumers cannot see it yet)."""
         if self.listener is None:
             raise MQClientError(f"transaction producer {self.group} has no TransactionListener")
@@ -222,8 +177,8 @@ class TransactionProducer(Producer):
         message.properties.pop(Prop.DELAY, None)  # RocketMQ drops the delay level of transactional messages
         message.properties[Prop.TRAN_MSG] = "true"
         message.properties[Prop.PGROUP] = self.group  # the group the broker asks when the decision never comes
-        result = await self.send(message, timeout)
-        message.properties[Prop.TRANSACTION_ID] = result.msg_id
+        result = await self.send(message, timeout, queue=queue)
+        message.properties[Prop.TRANSACTION_ID] = message.properties.get(Prop.TX_ID) or result.msg_id
         return result
 
     async def end_transaction(
@@ -246,21 +201,7 @@ class TransactionProducer(Producer):
             local_transaction_state=state,
         )
         try:
-            (host, port), commit_log_offset = decode_offset_msg_id(result.offset_msg_id)
-            # The address the half message was sent to; the store host in its offsetMsgId is the fallback.
-            addr = self.instance.find_broker_addr(result.message_queue.broker_name) or f"{host}:{port}"
-            header = EndTransactionRequestHeader(
-                producerGroup=self.group,
-                tranStateTableOffset=result.queue_offset,  # the half message's queue offset in the half topic
-                commitLogOffset=commit_log_offset,
-                commitOrRollback=state.commit_or_rollback,
-                fromTransactionCheck=False,
-                msgId=result.msg_id,
-                transactionId=result.msg_id,
-            )
-            cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext(), oneway=True)
-            if error is not None:
-                cmd.remark = f"executeLocalTransactionBranch exception: {error!r}"[:512]
+            addr, cmd = self._end_command(result, state, error, oneway=True)
             await self.instance.invoke_oneway(addr, cmd)
         except (ProtocolError, RemotingError, MQClientError) as exc:
             log.warning(
@@ -270,6 +211,34 @@ class TransactionProducer(Producer):
                 exc,
             )
         return out
+
+    def _end_command(
+        self,
+        result: SendResult,
+        state: LocalTransactionState,
+        error: BaseException | None,
+        *,
+        oneway: bool,
+        messages: int | None = None,
+    ) -> tuple[str, RemotingCommand]:
+        """END_TRANSACTION about the half message of ``result``, and the broker address it goes to."""
+        (host, port), commit_log_offset = decode_offset_msg_id(result.offset_msg_id)
+        # The address the half message was sent to; the store host in its offsetMsgId is the fallback.
+        addr = self.instance.find_broker_addr(result.message_queue.broker_name) or f"{host}:{port}"
+        header = EndTransactionRequestHeader(
+            producerGroup=self.group,
+            tranStateTableOffset=result.queue_offset,  # the half message's queue offset in the half topic
+            commitLogOffset=commit_log_offset,
+            commitOrRollback=state.commit_or_rollback,
+            fromTransactionCheck=False,
+            msgId=result.msg_id,
+            transactionId=result.transaction_id or result.msg_id,
+            txmqMessages=messages,
+        )
+        cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext(), oneway=oneway)
+        if error is not None:
+            cmd.remark = f"executeLocalTransactionBranch exception: {error!r}"[:512]
+        return addr, cmd
 
     # -- checks -------------------------------------------------------------------------------------------------
 

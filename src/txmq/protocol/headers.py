@@ -330,6 +330,7 @@ class EndTransactionRequestHeader(Header):
     fromTransactionCheck: bool = wire(default=False)
     msgId: str = wire(required=True)
     transactionId: str | None = wire()
+    txmqMessages: int | None = wire()  # txmq: how many messages the transaction holds (several in one)
 
     @classmethod
     def from_ext(cls, ext: dict[str, str] | None) -> Self:
@@ -346,6 +347,7 @@ class EndTransactionRequestHeader(Header):
                     False if check is None else parse_bool(check),
                     ext["msgId"],
                     ext.get("transactionId"),
+                    None if (n := ext.get("txmqMessages")) is None else int(n),
                 )
             except (KeyError, ValueError, TypeError, AttributeError):
                 pass

@@ -2,8 +2,9 @@
 
 * :class:`Reply`: answer the request now with (code, remark); nothing is stored. ``warning`` is a line for the log.
 * :class:`StoreDecision`: store the decision, a COMMIT's copy first and then the op marker, and tell the table once
-  stored (:meth:`~txmq.txn.table.TransactionTable.applied`). A ROLLBACK is already applied in memory when the
-  table returns it: the marker only records it.
+  stored (:meth:`~txmq.txn.table.TransactionTable.applied`). A ROLLBACK is already applied in memory when the table
+  returns it: the marker only records it. A transaction of several messages gives a list of them, one per message,
+  stored in one append.
 * :class:`SendCheck`: ask a live producer of the group about this transaction; report back whether it went out.
 * :class:`Discard`: give up asking: copy the half message to TRANS_CHECK_MAX_TIME_TOPIC, then write a DISCARD marker.
 * :class:`AppendJournal`: append this line to the check journal.
@@ -18,7 +19,7 @@ from txmq.txn.history import TransactionRecord
 from txmq.txn.model import By, Decision
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DecisionRequest:
     """A COMMIT or ROLLBACK about one half message, from any door (END_TRANSACTION, gRPC EndTransaction, an
     operator), with what the request says the half message is."""
@@ -31,9 +32,10 @@ class DecisionRequest:
     msg_id: str  # how the request names the message (for logs and remarks)
     transaction_id: str | None = None
     origin: object = None  # who sent it (a peer address), for logs
+    messages: int | None = None  # how many messages the producer put in the transaction, when it says
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reply:
     code: int
     remark: str | None
@@ -47,23 +49,23 @@ class StoreDecision:
     uniq_key: str | None
     decision: Decision
     by: By
-    half: MessageRecord
+    half: MessageRecord | None  # None for the other messages of a transaction of several: the driver reads them
     rec: TransactionRecord | None  # the record, when one exists (else the transaction is fresh)
     msg_id: str
     group: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendCheck:
     rec: TransactionRecord
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Discard:
     rec: TransactionRecord
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AppendJournal:
     line: str
 

@@ -51,6 +51,8 @@ class TransactionRecord:
     resumed_at: list[int] = field(default_factory=list)
     check_log: list[CheckAttempt] = field(default_factory=list)
     history_complete: bool = True  # False when rebuilt on demand after its check history was dropped
+    tx_id: str | None = None  # a transaction of several messages: its id (TXMQ_TX_ID), shared by its messages
+    seq: int = 0  # and this message's place in it (TXMQ_TX_SEQ)
 
     @property
     def half_msg_id(self) -> str:
@@ -94,6 +96,7 @@ class TransactionRecord:
             "checks": len(self.check_log),
             "nextCheckAt": self.due_ms if prepared else None,
             "waitingForProducer": self.waiting_for_producer if prepared else False,
+            **({"multiTransactionId": self.tx_id, "seq": self.seq} if self.tx_id else {}),
         }
 
     def to_json(self, now_ms: int) -> dict[str, Any]:
@@ -157,7 +160,7 @@ def record_from_half(record: MessageRecord, timeout_ms: int) -> TransactionRecor
             checks = max(int(raw), 0)
         except ValueError:
             checks = 0
-    return TransactionRecord(  # positional: one per half message, and keywords cost a third more
+    rec = TransactionRecord(  # positional: one per half message, and keywords cost a third more
         record.physical_offset,
         record.store_size,
         record.queue_offset,
@@ -172,6 +175,14 @@ def record_from_half(record: MessageRecord, timeout_ms: int) -> TransactionRecor
         transaction_id if transaction_id and transaction_id != uniq_key else None,
         checks,
     )
+    tx_id = get(Prop.TX_ID)
+    if tx_id:
+        try:
+            rec.seq = max(0, int(get(Prop.TX_SEQ, "0")))
+            rec.tx_id = tx_id
+        except ValueError:
+            pass  # a malformed place: the message is a transaction of its own
+    return rec
 
 
 @dataclass(slots=True)
@@ -230,12 +241,14 @@ class History:
         self.light: dict[int, Light] = {}
         self._resolved_order: collections.deque[int] = collections.deque()  # oldest first
         self._alt_ids: dict[str, int] = {}  # transaction ids that differ from the UNIQ_KEY
+        self._by_tx: dict[str, list[int]] = {}  # transactions of several messages: id -> their messages
 
     def clear(self) -> None:
         self.records.clear()
         self.light.clear()
         self._resolved_order.clear()
         self._alt_ids.clear()
+        self._by_tx.clear()
 
     def __len__(self) -> int:
         return len(self.records)
@@ -256,6 +269,10 @@ class History:
         self.records[phys] = rec
         if rec.transaction_id and rec.transaction_id != rec.uniq_key:
             self._alt_ids[rec.transaction_id] = phys
+        if rec.tx_id:
+            held = self._by_tx.setdefault(rec.tx_id, [])
+            if phys not in held:
+                held.append(phys)
         if rec.state in RESOLVED:
             self._resolved_order.append(phys)
             self._trim()
@@ -265,6 +282,11 @@ class History:
         self._resolved_order.append(phys)
         if len(self._resolved_order) > self.history_max:
             self._trim()
+
+    def members(self, tx_id: str) -> list[TransactionRecord]:
+        """The messages of the transaction ``tx_id`` held in memory, in their order."""
+        found = [self.records[p] for p in self._by_tx.get(tx_id, ()) if p in self.records]
+        return sorted(found, key=lambda r: r.seq)
 
     def known_decision(self, phys: int) -> tuple[bool, str | None]:
         """(whether memory knows the transaction at ``phys``, its decision or None while PREPARED)."""
@@ -287,3 +309,7 @@ class History:
                 del self.records[old]
                 if gone.transaction_id:
                     self._alt_ids.pop(gone.transaction_id, None)
+                if gone.tx_id and (held := self._by_tx.get(gone.tx_id)) is not None:
+                    held.remove(old)
+                    if not held:
+                        del self._by_tx[gone.tx_id]

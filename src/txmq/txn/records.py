@@ -79,7 +79,7 @@ def discard_copy(half: MessageRecord, checks: int, store_host: Host) -> MessageR
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CheckRequest:
     """What a producer is asked about one half message, whichever door carries it: the message as the producer
     sent it (real topic and queue, TRANSACTION_CHECK_TIMES = this check's number) and its ids."""
@@ -93,9 +93,12 @@ class CheckRequest:
     offset_msg_id: str
 
 
-def check_request(half: MessageRecord, group: str, number: int) -> CheckRequest:
-    """The ``number``-th check of the half message ``half`` of producer group ``group``."""
+def check_request(half: MessageRecord, group: str, number: int, messages: int = 1) -> CheckRequest:
+    """The ``number``-th check of the half message ``half`` of producer group ``group``; ``messages``: how many
+    the transaction holds (said in TXMQ_TX_MESSAGES when several)."""
     props = half.properties
+    if messages > 1:
+        props = {**props, Prop.TX_MESSAGES: str(messages)}
     message = MessageRecord(
         topic=props[Prop.REAL_TOPIC],
         body=half.body,

@@ -48,6 +48,7 @@ FRESH_MAX_BYTES = 64 << 20
 FRESH_MS = 1_000
 DEFAULT_HISTORY_MAX = 10_000
 DEFAULT_DECIDED_MAX = 200_000
+DEFAULT_MAX_MESSAGES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,7 @@ class TxSettings:
     history_max: int = DEFAULT_HISTORY_MAX  # transactionHistoryMax
     decided_max: int = DEFAULT_DECIDED_MAX  # transactionDecidedMax
     resolution_window: int = 1_000  # transactionResolutionWindow
+    max_messages: int = DEFAULT_MAX_MESSAGES  # transactionMaxMessages: messages one transaction may hold
     fresh_max: int = FRESH_MAX
     fresh_max_bytes: int = FRESH_MAX_BYTES
     heap_slack: int = HEAP_SLACK
@@ -120,6 +122,9 @@ class TransactionTable:
         self.history = History(settings.history_max)
         self.counters = TxCounters(settings.resolution_window)
         self.discarded_now = 0
+        # In-doubt transactions of several messages: id -> their records in order. The first is the one decided,
+        # checked and discarded for all; the others are held (in doubt, kept from retention) but never scheduled.
+        self.groups: dict[str, list[TransactionRecord]] = {}
         self._heap: list[tuple[int, int, int]] = []  # (due_ms, seq, half phys)
         self._seq = itertools.count()
 
@@ -181,15 +186,74 @@ class TransactionTable:
 
     # -- prepare -----------------------------------------------------------------------------------------------------
 
+    def may_join(self, half: MessageRecord) -> str | None:
+        """Before a half message that belongs to a transaction of several messages is stored: None when it may be,
+        else why not (the transaction is full, its first message is not here, or this place is taken)."""
+        props = half.properties
+        tx_id = props.get(Prop.TX_ID)
+        if tx_id is None:
+            return None
+        try:
+            seq = int(props.get(Prop.TX_SEQ, ""))
+        except ValueError:
+            return f"[TXMQ] {Prop.TX_SEQ}={props.get(Prop.TX_SEQ)!r} of transaction {tx_id} is not a number"
+        members = self.groups.get(tx_id)
+        if members is None:
+            if seq != 0:
+                return (
+                    f"[TXMQ] transaction {tx_id} is not open on this broker: its first message ({Prop.TX_SEQ}=0) "
+                    "must be stored here first, and all its messages on the same broker"
+                )
+            return None
+        limit = self.settings.max_messages
+        if len(members) >= limit:
+            return (
+                f"[TXMQ] transaction {tx_id} already holds {len(members)} messages, the most one transaction may "
+                f"hold (transactionMaxMessages={limit}); nothing of this message was stored"
+            )
+        if any(m.seq == seq for m in members):
+            return f"[TXMQ] message {seq} of transaction {tx_id} is already stored"
+        return None
+
     def prepared(self, half: MessageRecord) -> None:
-        """A half message is stored (offsets and store time filled in): it is in doubt, and fresh."""
+        """A half message is stored (offsets and store time filled in): it is in doubt, and fresh (a message of a
+        transaction of several gets its record at once: it is decided with the others)."""
         self.counters.values["halfMessages"] += 1
+        if Prop.TX_ID in half.properties:
+            self._joined(half)
+            return
         fresh = self.fresh
         fresh[half.physical_offset] = half
         self.fresh_bytes += len(half.body)
         settings = self.settings
         while fresh and (len(fresh) > settings.fresh_max or self.fresh_bytes > settings.fresh_max_bytes):
             self.materialize(next(iter(fresh)))
+
+    def _joined(self, half: MessageRecord) -> None:
+        rec = record_from_half(half, self.settings.timeout_ms)
+        if rec is None:
+            return
+        rec.due_ms = rec.first_due_ms
+        if rec.tx_id is None:
+            self.add_pending(rec)
+        else:
+            members = self.groups.setdefault(rec.tx_id, [])
+            members.append(rec)
+            if len(members) == 1:
+                self.add_pending(rec)
+            else:
+                self.pending_records[rec.phys] = rec
+        self.history.remember(rec)
+
+    def lead_of(self, rec: TransactionRecord) -> TransactionRecord:
+        """The message a transaction is decided through: its first, for a transaction of several in doubt."""
+        members = self.groups.get(rec.tx_id) if rec.tx_id else None
+        return members[0] if members else rec
+
+    def members_of(self, rec: TransactionRecord) -> list[TransactionRecord]:
+        """Every message of ``rec``'s transaction in doubt (``[rec]`` for a transaction of one)."""
+        members = self.groups.get(rec.tx_id) if rec.tx_id else None
+        return list(members) if members else [rec]
 
     def materialize(self, phys: int) -> TransactionRecord | None:
         """Build the record of the fresh half message at ``phys``: it enters the pending table and the check
@@ -220,9 +284,13 @@ class TransactionTable:
 
     # -- decisions ---------------------------------------------------------------------------------------------------
 
-    def decide(self, req: DecisionRequest, half: MessageRecord | None, disk: Disk, now: int) -> Reply | StoreDecision:
+    def decide(
+        self, req: DecisionRequest, half: MessageRecord | None, disk: Disk, now: int
+    ) -> Reply | StoreDecision | list[StoreDecision]:
         """Validate a COMMIT or ROLLBACK against the half message at ``req.phys`` (``half``: as the driver read it,
-        or None) and the table; a ROLLBACK that applies is applied here, a COMMIT once its copy is stored."""
+        or None) and the table; a ROLLBACK that applies is applied here, a COMMIT once its copies are stored. A
+        transaction of several messages gives one decision per message (``half`` only on the first: the driver
+        reads the others' for their copies)."""
         phys = req.phys
         if half is None or half.topic != TRANS_HALF_TOPIC:
             return Reply(
@@ -276,6 +344,9 @@ class TransactionTable:
                 f"[TXMQ] transaction {req.msg_id} was already decided as {earlier}{when}; {decision} refused",
                 warning,
             )
+        tx_id = half.properties.get(Prop.TX_ID)
+        if tx_id is not None:
+            return self._decide_several(req, half, tx_id, now)
         rec = self.history.get(phys)
         if rec is None:
             if not fresh:
@@ -290,6 +361,42 @@ class TransactionTable:
             self.applied(store, None, now)
         return store
 
+    def _decide_several(
+        self, req: DecisionRequest, half: MessageRecord, tx_id: str, now: int
+    ) -> Reply | list[StoreDecision]:
+        members = self.groups.get(tx_id)
+        if not members or members[0].phys != req.phys:
+            first = f" (commitLogOffset {members[0].phys})" if members else ""
+            return Reply(
+                ResponseCode.SYSTEM_ERROR,
+                f"[TXMQ] transaction {tx_id} holds several messages: it is decided through its first{first}; "
+                "nothing decided",
+            )
+        if req.messages is not None and req.messages != len(members) and req.decision == Decision.COMMIT:
+            return Reply(
+                ResponseCode.SYSTEM_ERROR,
+                f"[TXMQ] transaction {tx_id}: the producer sent {req.messages} messages, the broker holds "
+                f"{len(members)} of them; COMMIT refused, nothing decided",
+            )
+        out = [
+            StoreDecision(
+                rec.phys,
+                rec.queue_offset,
+                rec.uniq_key,
+                req.decision,
+                req.by,
+                half if rec.phys == req.phys else None,
+                rec,
+                req.msg_id,
+                req.group,
+            )
+            for rec in members
+        ]
+        if req.decision == Decision.ROLLBACK:
+            for d in out:
+                self.applied(d, None, now)
+        return out
+
     def applied(self, d: StoreDecision, copy_phys: int | None, now: int) -> None:
         """``d`` is decided (a COMMIT: its copy is stored at ``copy_phys``)."""
         phys = d.phys
@@ -302,6 +409,8 @@ class TransactionTable:
             return
         self.pending_records.pop(phys, None)
         rec = d.rec or self.history.get(phys)  # or built while the decision was being stored
+        if rec is not None and rec.tx_id:
+            self.groups.pop(rec.tx_id, None)
         if rec is not None:
             copy_msg_id = None if copy_phys is None else self._msg_id(copy_phys)
             self.resolve(rec, d.decision, d.by, copy_msg_id, now)
@@ -315,6 +424,8 @@ class TransactionTable:
         """At start, ``rec`` proved committed by a copy whose marker was lost (the marker is written again)."""
         self.decided[rec.phys] = Decision.COMMIT
         self.pending_records.pop(rec.phys, None)
+        if rec.tx_id:
+            self.groups.pop(rec.tx_id, None)
         self._move(rec, Decision.COMMIT, By.RECOVERY, copy_msg_id, now)
 
     def _move(self, rec: TransactionRecord, decision: str, by: str, copy_msg_id: str | None, now: int) -> bool:
@@ -406,14 +517,17 @@ class TransactionTable:
                 return AppendJournal(answer_line(phys, now, answer))
         return None
 
-    def discarding(self, rec: TransactionRecord) -> bool:
-        """``rec``'s copy to TRANS_CHECK_MAX_TIME_TOPIC is stored: True when it is still undecided, and now
-        DISCARD in the decided map (the driver writes the marker, then :meth:`resolve`)."""
+    def discarding(self, rec: TransactionRecord) -> list[TransactionRecord]:
+        """The copies of ``rec``'s messages to TRANS_CHECK_MAX_TIME_TOPIC are stored: the messages it discards, now
+        DISCARD in the decided map (the driver writes the marker, then :meth:`resolve` for each); none when it was
+        decided while the copies were stored (the decision stands)."""
         if not self.still_pending(rec):
-            return False  # decided while the copy was stored: the decision stands
-        self.pending_records.pop(rec.phys, None)
-        self.decided[rec.phys] = Decision.DISCARD
-        return True
+            return []
+        members = (self.groups.pop(rec.tx_id, None) if rec.tx_id else None) or [rec]
+        for m in members:
+            self.pending_records.pop(m.phys, None)
+            self.decided[m.phys] = Decision.DISCARD
+        return members
 
     # -- resume ------------------------------------------------------------------------------------------------------
 
@@ -427,17 +541,23 @@ class TransactionTable:
             )
         return None
 
-    def resumed(self, rec: TransactionRecord, now: int) -> None:
-        """The resume record is stored: ``rec`` is pending again, and its checks count from zero."""
-        rec.move_to(TxState.PREPARED)
-        self.discarded_now -= 1
-        self.decided.pop(rec.phys, None)
-        rec.resumed_at.append(now)
-        rec.checks = 0
-        rec.last_check_ms = 0
-        rec.waiting_for_producer = False
-        rec.due_ms = now
-        self.add_pending(rec)
+    def resumed(self, members: list[TransactionRecord], now: int) -> None:
+        """The resume records are stored: the transaction (``members``, its messages, first first) is pending
+        again, and its checks count from zero."""
+        for rec in members:
+            rec.move_to(TxState.PREPARED)
+            self.discarded_now -= 1
+            self.decided.pop(rec.phys, None)
+            rec.resumed_at.append(now)
+            rec.checks = 0
+            rec.last_check_ms = 0
+            rec.waiting_for_producer = False
+            rec.due_ms = now
+            self.pending_records[rec.phys] = rec
+        first = members[0]
+        if first.tx_id:
+            self.groups[first.tx_id] = list(members)
+        self.add_pending(first)
         self.counters.add("resumes")
 
     # -- rebuild -----------------------------------------------------------------------------------------------------
@@ -451,6 +571,7 @@ class TransactionTable:
         self.fresh.clear()
         self.fresh_bytes = 0
         self.history.clear()
+        self.groups.clear()
         self.decided = DecisionWindow(self.decided.limit, decided.items())
         self._heap.clear()
         self.discarded_now = sum(1 for rec in records if rec.state is TxState.DISCARDED)
@@ -464,5 +585,12 @@ class TransactionTable:
             rec.last_check_ms = max(counted, default=0)
             if rec.state is TxState.PREPARED:
                 rec.due_ms = rec.last_check_ms + interval if counted else max(rec.first_due_ms, since)
-                self.add_pending(rec)
+                if rec.tx_id:
+                    self.groups.setdefault(rec.tx_id, []).append(rec)
+                    self.pending_records[rec.phys] = rec
+                else:
+                    self.add_pending(rec)
             self.history.remember(rec)
+        for members in self.groups.values():
+            members.sort(key=lambda r: r.seq)
+            self.add_pending(members[0])

@@ -41,8 +41,14 @@ from txmq.protocol.topics import (
 from txmq.txn import records
 from txmq.txn.effects import DecisionRequest, Discard, Reply, StoreDecision
 from txmq.txn.history import TransactionRecord
-from txmq.txn.model import By, Decision
-from txmq.txn.table import DEFAULT_DECIDED_MAX, DEFAULT_HISTORY_MAX, TransactionTable, TxSettings
+from txmq.txn.model import By, Decision, TxState
+from txmq.txn.table import (
+    DEFAULT_DECIDED_MAX,
+    DEFAULT_HISTORY_MAX,
+    DEFAULT_MAX_MESSAGES,
+    TransactionTable,
+    TxSettings,
+)
 
 if TYPE_CHECKING:
     from txmq.broker.clients import ClientRegistry
@@ -56,6 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("txmq.broker.transactions")
 
 NOT_RUNNING = "[TXMQ] the transaction service is not running"
+MAX_MESSAGES_LIMIT = 1_000  # transactionMaxMessages at most: one op marker holds every decision of a transaction
 
 
 def settings_of(config: BrokerConfig) -> TxSettings:
@@ -79,6 +86,7 @@ def settings_of(config: BrokerConfig) -> TxSettings:
         history_max=number("transactionHistoryMax", DEFAULT_HISTORY_MAX),
         decided_max=number("transactionDecidedMax", DEFAULT_DECIDED_MAX),
         resolution_window=number("transactionResolutionWindow", 1_000),
+        max_messages=max(1, min(number("transactionMaxMessages", DEFAULT_MAX_MESSAGES), MAX_MESSAGES_LIMIT)),
     )
 
 
@@ -159,6 +167,13 @@ class TransactionService:
     def find(self, ident: str) -> TransactionRecord | None:
         return self.lookups.find(ident)
 
+    def members(self, rec: TransactionRecord) -> list[TransactionRecord]:
+        """Every message of ``rec``'s transaction this broker can show, in order (``[rec]`` for one message)."""
+        if not rec.tx_id:
+            return [rec]
+        held = self.table.history.members(rec.tx_id)
+        return held if held else [rec]
+
     def list_in_doubt(self, **filters: Any) -> tuple[int, list[TransactionRecord]]:
         """Transactions by state (PREPARED and DISCARDED unless ``states`` says otherwise), group, topic and age;
         a resolved one decided while fresh has no record in memory, and is rebuilt from its half message."""
@@ -176,15 +191,10 @@ class TransactionService:
         table.load(loaded, decided, journal)
         repaired = 0
         for entry in list(table.pending_records.values()):
+            if table.lead_of(entry) is not entry:
+                continue  # a later message of a transaction of several: repaired with its first
             try:
-                copy_phys = self.lookups.find_committed_copy(entry)
-                if copy_phys is not None:
-                    copy_id = encode_offset_msg_id(self.store_host, copy_phys)
-                    await self._write_op(
-                        [(entry.queue_offset, entry.phys, Decision.COMMIT, By.RECOVERY, copy_id, entry.uniq_key)]
-                    )
-                    table.recovered(entry, copy_id, self.clock.now_ms())
-                    repaired += 1
+                repaired += await self._roll_forward(table.members_of(entry))
             except Exception:
                 log.exception("checking half message at %d for a committed copy failed", entry.phys)
         if repaired:
@@ -197,6 +207,34 @@ class TransactionService:
             len(table.history),
         )
 
+    async def _roll_forward(self, members: list[TransactionRecord]) -> int:
+        """When any message of a transaction has a committed copy (a crash after its COMMIT's copies, before its
+        marker), the COMMIT is finished: the missing copies, then the marker. Returns 1 when it was."""
+        found = {m.phys: self.lookups.find_committed_copy(m) for m in members}
+        if all(phys is None for phys in found.values()):
+            return 0
+        missing = [m for m in members if found[m.phys] is None]
+        copies = []
+        for m in missing:
+            half = self._read_half(m.phys, m.size)
+            copy = None if half is None else self._commit_copy(half)
+            if not isinstance(copy, MessageRecord):
+                raise ValueError(f"the committed copy of the half message at {m.phys} cannot be made: {copy}")
+            copies.append(copy)
+        if copies:
+            results = await self.store.put_many(copies)
+            if not all(r.ok for r in results):
+                raise OSError(f"storing the missing committed copies failed: {results}")
+            found.update((m.phys, r.physical_offset) for m, r in zip(missing, results, strict=True))
+        ids = {phys: encode_offset_msg_id(self.store_host, copy) for phys, copy in found.items() if copy is not None}
+        await self._write_op(
+            [(m.queue_offset, m.phys, Decision.COMMIT, By.RECOVERY, ids[m.phys], m.uniq_key) for m in members]
+        )
+        now = self.clock.now_ms()
+        for m in members:
+            self.table.recovered(m, ids[m.phys], now)
+        return 1
+
     async def _rewrite_journal(self) -> None:
         await self.journal.rewrite((rec.phys, rec.check_log) for rec in self.table.history)
 
@@ -204,7 +242,21 @@ class TransactionService:
 
     def prepare(self, record: MessageRecord) -> asyncio.Future[Any]:
         """Store ``record`` (a prepare with its producer group) as a half message: a future of the store's put
-        result; once stored, the transaction is in doubt. Raises :class:`BrokerRefusal`."""
+        result; once stored, the transaction is in doubt. Raises :class:`BrokerRefusal`. (The 4.x door calls
+        :meth:`admit` and :meth:`half_stored` itself, to answer in the same callback.)"""
+        half = self.admit(record)
+        stored = self.store.put_future(half)
+
+        def prepared(done: asyncio.Future[Any]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                self.half_stored(half, done.result())
+
+        stored.add_done_callback(prepared)  # before the door's own callback: the answer comes after this
+        return stored
+
+    def admit(self, record: MessageRecord) -> MessageRecord:
+        """``record`` (a prepare with its producer group) made the half message to store, or
+        :class:`BrokerRefusal`; once the store has it, :meth:`half_stored`."""
         if not self._ready:
             raise BrokerRefusal(ResponseCode.SYSTEM_BUSY, NOT_RUNNING)
         limit = self.config.max_pending_transactions
@@ -216,23 +268,21 @@ class TransactionService:
                 f"{in_doubt} pending, limit maxPendingTransactions={limit}; "
                 "commit or roll back pending transactions, or retry later",
             )
+        refusal = self.table.may_join(record)
+        if refusal is not None:
+            raise BrokerRefusal(ResponseCode.MESSAGE_ILLEGAL, refusal)
         half = records.make_half(record)
         self._ensure(TRANS_HALF_TOPIC)
-        stored = self.store.put_future(half)
+        return half
 
-        def prepared(done: asyncio.Future[Any]) -> None:
-            if done.cancelled() or done.exception() is not None:
-                return
-            result = done.result()
-            if result.ok:
-                half.physical_offset = result.physical_offset
-                half.queue_offset = result.queue_offset
-                half.store_timestamp = result.store_timestamp
-                half.store_size = result.size
-                self.table.prepared(half)
-
-        stored.add_done_callback(prepared)  # before the door's own callback: the answer comes after this
-        return stored
+    def half_stored(self, half: MessageRecord, result: Any) -> None:
+        """The store answered the put of ``half``: once stored, the transaction is in doubt."""
+        if result.ok:
+            half.physical_offset = result.physical_offset
+            half.queue_offset = result.queue_offset
+            half.store_timestamp = result.store_timestamp
+            half.store_size = result.size
+            self.table.prepared(half)
 
     # -- decisions -------------------------------------------------------------------------------------------------
 
@@ -271,7 +321,13 @@ class TransactionService:
             if isinstance(effect, Reply):
                 self.turns.release(req.phys)
                 return effect.code, effect.remark
-            self.writer.queue(Queued(effect[0], effect[1], answer, self.turns))
+            if isinstance(effect, tuple):
+                self.writer.queue(Queued(effect[0], effect[1], answer, self.turns))
+            else:  # several messages: one append; the first one's settling answers and ends the turn
+                first, *rest = effect
+                self.writer.queue_together(
+                    [Queued(first[0], first[1], answer, self.turns), *(Queued(d, c, None, None) for d, c in rest)]
+                )
         except BaseException:
             self.turns.release(req.phys)
             raise
@@ -283,7 +339,9 @@ class TransactionService:
         outcome = self._submit(req, answer)
         return outcome if isinstance(outcome, tuple) else await outcome
 
-    def _decide(self, req: DecisionRequest) -> Reply | tuple[StoreDecision, MessageRecord | None]:
+    def _decide(
+        self, req: DecisionRequest
+    ) -> Reply | tuple[StoreDecision, MessageRecord | None] | list[tuple[StoreDecision, MessageRecord | None]]:
         """The table's verdict, with the half message read when the table no longer holds it; a COMMIT's copy is
         built here (redirected to the schedule topic when delayed): nothing is decided when that fails."""
         table = self.table
@@ -301,12 +359,40 @@ class TransactionService:
             return effect
         if req.by is By.OPERATOR:
             log.warning("transaction %s of group %s: %s by an operator", req.msg_id, req.group, req.decision)
+        if isinstance(effect, list):
+            return self._with_copies(effect)
         if effect.decision != Decision.COMMIT:
             return effect, None
         copy = self._commit_copy(effect.half)
         if isinstance(copy, Reply):
             return copy
         return effect, copy
+
+    def _with_copies(self, several: list[StoreDecision]) -> Reply | list[tuple[StoreDecision, MessageRecord | None]]:
+        """The decisions about the messages of one transaction, each with its committed copy (read back from the
+        store): when one copy cannot be built, nothing is decided."""
+        if several[0].decision != Decision.COMMIT:
+            return [(d, None) for d in several]
+        out: list[tuple[StoreDecision, MessageRecord | None]] = []
+        for d in several:
+            half = d.half or self._read_half(d.phys)
+            copy = (
+                Reply(ResponseCode.SYSTEM_ERROR, f"[TXMQ] no half message at commit-log offset {d.phys}")
+                if half is None
+                else self._commit_copy(half)
+            )
+            if isinstance(copy, Reply):
+                return copy
+            out.append((d, copy))
+        return out
+
+    def _read_half(self, phys: int, size: int | None = None) -> MessageRecord | None:
+        try:
+            half = self.store.read_message(phys, size)
+        except Exception as exc:
+            log.warning("the half message at commit-log offset %d is unreadable: %s", phys, exc)
+            return None
+        return half if half is not None and half.topic == TRANS_HALF_TOPIC else None
 
     def _commit_copy(self, half: MessageRecord) -> MessageRecord | Reply:
         try:
@@ -333,6 +419,7 @@ class TransactionService:
         """Commit or roll back ``rec`` by hand: the END_TRANSACTION path, refused once anything decided it."""
         if not self._ready:
             return ResponseCode.SYSTEM_BUSY, NOT_RUNNING
+        rec = self.table.lead_of(rec)  # a transaction of several messages is decided through its first
         req = DecisionRequest(
             rec.phys,
             Decision(decision),
@@ -366,28 +453,27 @@ class TransactionService:
         refusal = self.table.may_resume(rec)
         if refusal is not None:
             return refusal.code, refusal.remark
-        try:
-            half = self.store.read_message(rec.phys, rec.size)
-        except Exception:
-            half = None
-        if half is None or half.topic != TRANS_HALF_TOPIC:
-            return ResponseCode.SYSTEM_ERROR, (
-                f"[TXMQ] the half message of transaction {rec.name} at commit-log offset {rec.phys} is no longer "
-                f"stored (retention); its copy stays in {TRANS_CHECK_MAX_TIME_TOPIC} as {rec.discarded_msg_id}"
-            )
+        members = [rec]
+        if rec.tx_id:  # a transaction of several messages is resumed whole
+            members = [m for m in self.table.history.members(rec.tx_id) if m.state is TxState.DISCARDED] or [rec]
+        for m in members:
+            if self._read_half(m.phys, m.size) is None:
+                return ResponseCode.SYSTEM_ERROR, (
+                    f"[TXMQ] the half message of transaction {m.name} at commit-log offset {m.phys} is no longer "
+                    f"stored (retention); its copy stays in {TRANS_CHECK_MAX_TIME_TOPIC} as {m.discarded_msg_id}"
+                )
         self._op_topic_ready()
-        marker = records.note_marker(
-            rec.phys,
-            rec.queue_offset,
-            rec.uniq_key,
-            RESUME_TAG,
-            {PROP_BY: By.OPERATOR},
-            self.clock.now_ms(),
-            self.store_host,
-        )
-        if not marker_stored(await self.store.put(marker), RESUME_TAG, "", rec.phys):
+        now = self.clock.now_ms()
+        marks = [
+            records.note_marker(
+                m.phys, m.queue_offset, m.uniq_key, RESUME_TAG, {PROP_BY: By.OPERATOR}, now, self.store_host
+            )
+            for m in members
+        ]
+        results = await self.store.put_many(marks)
+        if not all(marker_stored(r, RESUME_TAG, "", m.phys) for r, m in zip(results, members, strict=True)):
             return ResponseCode.SYSTEM_ERROR, "[TXMQ] storing the resume record failed; nothing changed"
-        self.table.resumed(rec, self.clock.now_ms())
+        self.table.resumed(members, self.clock.now_ms())
         log.warning("transaction %s of group %s resumed by an operator; checks start again", rec.name, rec.group)
         return ResponseCode.SUCCESS, None
 
@@ -435,7 +521,8 @@ class TransactionService:
         half = self.store.read_message(rec.phys, rec.size)
         if half is None or half.topic != TRANS_HALF_TOPIC:
             raise ValueError(f"no half message at commit-log offset {rec.phys}")
-        client = self.producers.send(records.check_request(half, rec.group, rec.checks + 1))
+        messages = len(self.table.members_of(rec))
+        client = self.producers.send(records.check_request(half, rec.group, rec.checks + 1, messages))
         if client is None:
             if not rec.waiting_for_producer:
                 log.info("transaction %s waits: no producer of group %s is online", rec.uniq_key, rec.group)
@@ -445,18 +532,31 @@ class TransactionService:
         return True
 
     async def _discard(self, rec: TransactionRecord) -> None:
-        half = self.store.read_message(rec.phys, rec.size)
-        if half is None:
-            raise ValueError(f"no half message at commit-log offset {rec.phys}")
+        """Copy every message of ``rec``'s transaction to TRANS_CHECK_MAX_TIME_TOPIC, then one DISCARD marker."""
+        members = self.table.members_of(rec)
+        copies = []
+        for m in members:
+            half = self.store.read_message(m.phys, m.size)
+            if half is None:
+                raise ValueError(f"no half message at commit-log offset {m.phys}")
+            copies.append(records.discard_copy(half, rec.checks, self.store_host))
         self._ensure(TRANS_CHECK_MAX_TIME_TOPIC)
-        result = await self.store.put(records.discard_copy(half, rec.checks, self.store_host))
-        if not result.ok:
-            raise OSError(f"copying to {TRANS_CHECK_MAX_TIME_TOPIC} failed: {result}")
-        if not self.table.discarding(rec):
-            return  # decided while the copy was stored: the decision stands
-        copy_msg_id = encode_offset_msg_id(self.store_host, result.physical_offset)
-        await self._write_op([(rec.queue_offset, rec.phys, Decision.DISCARD, By.BROKER, copy_msg_id, rec.uniq_key)])
-        self.table.resolve(rec, Decision.DISCARD, By.BROKER, copy_msg_id, self.clock.now_ms())
+        results = await self.store.put_many(copies)
+        if not all(r.ok for r in results):
+            raise OSError(f"copying to {TRANS_CHECK_MAX_TIME_TOPIC} failed: {results}")
+        copy_ids = {
+            m.phys: encode_offset_msg_id(self.store_host, r.physical_offset)
+            for m, r in zip(members, results, strict=True)
+        }
+        discarded = self.table.discarding(rec)
+        if not discarded:
+            return  # decided while the copies were stored: the decision stands
+        await self._write_op(
+            [(m.queue_offset, m.phys, Decision.DISCARD, By.BROKER, copy_ids.get(m.phys), m.uniq_key) for m in discarded]
+        )
+        now = self.clock.now_ms()
+        for m in discarded:
+            self.table.resolve(m, Decision.DISCARD, By.BROKER, copy_ids.get(m.phys), now)
         log.warning(
             "transaction %s of group %s unresolved after %d checks: moved to %s",
             rec.uniq_key,

@@ -77,6 +77,7 @@ class Queued:
     copy: MessageRecord | None  # the committed copy, or None for a ROLLBACK
     answer: asyncio.Future[Answer] | None  # None: nobody waits (a oneway END_TRANSACTION)
     holds_turn: Turns | None  # settling it ends the half message's turn there
+    unit: list[Queued] | None = None  # the decisions of one transaction of several messages: stored together
 
 
 class DecisionWriter:
@@ -107,6 +108,19 @@ class DecisionWriter:
         if len(batch) == 1:
             asyncio.get_running_loop().call_soon(self._store_queued)
         elif len(batch) >= MARKER_DECISIONS:
+            self._store_queued()
+
+    def queue_together(self, items: list[Queued]) -> None:
+        """The decisions about the messages of one transaction: in one append, whatever else the turn holds."""
+        if self._queue and len(self._queue) + len(items) > MARKER_DECISIONS:
+            self._store_queued()
+        for q in items:
+            q.unit = items
+        batch = self._queue
+        if not batch:
+            asyncio.get_running_loop().call_soon(self._store_queued)
+        batch.extend(items)
+        if len(batch) >= MARKER_DECISIONS:
             self._store_queued()
 
     def _store_queued(self) -> None:
@@ -153,9 +167,10 @@ class DecisionWriter:
         marked = results[-1]  # an append is stored whole or refused whole
         code = put_status_code(marked)
         if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
-            if len(batch) > 1 and code == ResponseCode.MESSAGE_ILLEGAL:
-                for q in batch:  # one record the store refuses must not fail the others: each on its own
-                    self._store([q])
+            units = _units(batch)
+            if len(units) > 1 and code == ResponseCode.MESSAGE_ILLEGAL:
+                for unit in units:  # one record the store refuses must not fail the others: each on its own
+                    self._store(unit)
                 return
             for q in batch:
                 if q.copy is not None:
@@ -177,6 +192,19 @@ class DecisionWriter:
                 settle(q, exc)
             else:
                 settle(q, DONE)
+
+
+def _units(batch: list[Queued]) -> list[list[Queued]]:
+    """``batch`` cut into what must be stored together: a decision alone, or one transaction's decisions."""
+    out: list[list[Queued]] = []
+    seen: set[int] = set()
+    for q in batch:
+        if q.unit is None:
+            out.append([q])
+        elif id(q.unit) not in seen:
+            seen.add(id(q.unit))
+            out.append(q.unit)
+    return out
 
 
 def settle(q: Queued, result: Answer | BaseException) -> None:

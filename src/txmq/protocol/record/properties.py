@@ -29,6 +29,11 @@ class Prop:
     MSG_REGION = "MSG_REGION"
     TRACE_ON = "TRACE_ON"
     TRANSACTION_ID = "__transactionId__"
+    # txmq: several messages in one transaction (docs/transactions.md). Every half message of it carries the
+    # transaction id (the first message's UNIQ_KEY) and its place; a check carries how many messages it holds.
+    TX_ID = "TXMQ_TX_ID"
+    TX_SEQ = "TXMQ_TX_SEQ"
+    TX_MESSAGES = "TXMQ_TX_MESSAGES"
 
 
 NAME_VALUE_SEPARATOR = "\x01"
