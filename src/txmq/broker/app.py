@@ -63,7 +63,9 @@ class BrokerApp:
             acl = AclService.from_broker_config(config, clock=clock) if config.acl_enable else None
             if acl is not None:
                 acl.install(dispatcher)
-            server = await Server.start(host, config.listen_port, dispatcher, clock=clock)
+            # Bound now (the port is known to every part), accepting once started: no request is served before the
+            # transaction table is rebuilt and any COMMIT a crash cut short is finished.
+            server = await Server.start(host, config.listen_port, dispatcher, clock=clock, serving=False)
             if config.listen_port == 0:
                 config.listen_port = server.port
             return cls(
@@ -245,7 +247,6 @@ class BrokerApp:
     # -- lifecycle
 
     async def start(self) -> None:
-        self.registration.start()
         self._tasks = [
             asyncio.create_task(self._client_scan_loop(), name="broker-client-scan"),
             asyncio.create_task(self._offset_persist_loop(), name="broker-offsets"),
@@ -255,6 +256,8 @@ class BrokerApp:
         await self.schedule.start()
         if self.acl is not None:
             await self.acl.start()
+        await self.server.begin_serving()
+        self.registration.start()
         log.info(
             "broker %s (%s) serving on %s, store %s, flush %s",
             self.config.broker_name,

@@ -50,8 +50,10 @@ class Server:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         write_buffer_high: int = DEFAULT_WRITE_BUFFER_HIGH,
         backlog: int = 1024,
+        serving: bool = True,
     ) -> Server:
-        """Listen on ``host:port`` (port 0 picks a free port; host None or "" listens on every interface)."""
+        """Listen on ``host:port`` (port 0 picks a free port; host None or "" listens on every interface). With
+        ``serving=False`` the port is bound but no connection is accepted until :meth:`begin_serving`."""
         self = cls(
             handler,
             clock=clock,
@@ -61,10 +63,15 @@ class Server:
         )
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self._new_connection, host or None, port, backlog=backlog, reuse_address=True
+            self._new_connection, host or None, port, backlog=backlog, reuse_address=True, start_serving=serving
         )
         log.info("listening on %s", ", ".join(f"{h}:{p}" for h, p in self.addresses))
         return self
+
+    async def begin_serving(self) -> None:
+        """Accept connections (a server started with ``serving=False``)."""
+        if self._server is not None and not self._server.is_serving():
+            await self._server.start_serving()
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
