@@ -160,7 +160,13 @@ def test_audit_finds_planted_anomalies(spark: Any, tmp_path: Path) -> None:
     try:
         names = ["no_delivery", "double", "rolled_back_but_delivered", "rocketmq_marker", "fine"]
         names += ["resumed", "discarded_then_committed", "crash_before_marker", "discarded"]
+        # Two transactions of three messages each: one delivered whole, one only in part.
+        names += ["whole_0", "whole_1", "whole_2", "partial_0", "partial_1", "partial_2"]
         halves = [half_record("PG", "T", name.upper(), now) for name in names]
+        for h in halves:
+            name = h.properties["UNIQ_KEY"].lower()
+            if name[:-1] in ("whole_", "partial_"):
+                h.properties.update({"TXMQ_TX_ID": name[:-2].upper(), "TXMQ_TX_SEQ": name[-1]})
         results = store.put_many_sync(halves)
         phys = {n: (r.physical_offset, r.queue_offset) for n, r in zip(names, results, strict=True)}
         half = dict(zip(names, halves, strict=True))
@@ -184,6 +190,10 @@ def test_audit_finds_planted_anomalies(spark: Any, tmp_path: Path) -> None:
             delivery_record(half["crash_before_marker"], phys["crash_before_marker"][0]),
             discard_copy(half["discarded"], 15),
             op_record(*phys["discarded"], "DISCARD", now + 40, "OP9"),
+            *(delivery_record(half[f"whole_{i}"], phys[f"whole_{i}"][0]) for i in range(3)),
+            *(op_record(*phys[f"whole_{i}"], "COMMIT", now + 50, f"OPW{i}") for i in range(3)),
+            *(delivery_record(half[f"partial_{i}"], phys[f"partial_{i}"][0]) for i in range(2)),
+            *(op_record(*phys[f"partial_{i}"], "COMMIT", now + 50, f"OPP{i}") for i in range(3)),
         ]
         assert all(r.ok for r in store.put_many_sync(records))
     finally:
@@ -200,8 +210,14 @@ def test_audit_finds_planted_anomalies(spark: Any, tmp_path: Path) -> None:
         "DISCARDED_THEN_COMMITTED": "COMMIT",
         "CRASH_BEFORE_MARKER": "COMMIT",
         "DISCARDED": "DISCARDED",
+        "WHOLE_0": "COMMIT",  # a transaction of several messages is one row: its first message's
+        "PARTIAL_0": "COMMIT",
     }
     by_uniq = {r.uniq_key: r for r in audit.collect()}
+    whole, partial = by_uniq["WHOLE_0"], by_uniq["PARTIAL_0"]
+    assert (whole.transaction_id, whole.messages, whole.messages_delivered, whole.deliveries) == ("WHOLE", 3, 3, 3)
+    assert (partial.messages, partial.messages_delivered, partial.max_deliveries) == (3, 2, 1)
+    assert by_uniq["DOUBLE"].messages == 1 and by_uniq["DOUBLE"].max_deliveries == 2
     assert by_uniq["DISCARDED"].checks_sent == 15 and by_uniq["DISCARDED"].time_to_resolution_ms is not None
     assert by_uniq["DISCARDED_THEN_COMMITTED"].resolved_at is not None
     assert by_uniq["RESUMED"].resolved_at is None and by_uniq["RESUMED"].checks_sent == 0
@@ -211,6 +227,7 @@ def test_audit_finds_planted_anomalies(spark: Any, tmp_path: Path) -> None:
         ("DOUBLE_DELIVERY", "DOUBLE"),
         ("DELIVERY_WITHOUT_COMMIT", "ROLLED_BACK_BUT_DELIVERED"),
         ("DELIVERY_WITHOUT_COMMIT", "ORPHAN"),
+        ("PARTIAL_DELIVERY", "PARTIAL_0"),
     }
 
 

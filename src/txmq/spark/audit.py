@@ -45,6 +45,9 @@ AUDIT_COLUMNS = (
     "time_to_resolution_ms",
     "delivered_msg_id",
     "deliveries",
+    "messages",  # how many messages the transaction holds (txmq: several in one transaction)
+    "messages_delivered",  # how many of them have a committed copy
+    "max_deliveries",  # the most copies any one of them has
 )
 
 
@@ -121,7 +124,8 @@ def check_counts(spark: SparkSession, store: str) -> DataFrame:
 
 
 def transaction_audit(spark: SparkSession, store: str, events: DataFrame | None = None) -> DataFrame:
-    """One row per half message in ``store`` (see AUDIT_COLUMNS); lazily evaluated.
+    """One row per transaction in ``store`` (see AUDIT_COLUMNS): a half message, or the messages of a transaction
+    of several together; lazily evaluated.
 
     ``events`` defaults to :func:`transaction_events`, which several steps of the plan read; pass a cached or
     materialised copy (as :func:`run_audit` does) to scan the store once."""
@@ -135,6 +139,7 @@ def transaction_audit(spark: SparkSession, store: str, events: DataFrame | None 
         "transaction_id",
         "uniq_key",
         col("store_timestamp").alias("prepared_ms"),
+        "tx_seq",
     )
     by_queue_offset = halves.select(col("half_queue_offset").alias("q"), col("half_phys").alias("hp"))
     ops = (
@@ -192,7 +197,7 @@ def transaction_audit(spark: SparkSession, store: str, events: DataFrame | None 
         F.when(col("resolution") == "DISCARDED", col("discard_checks")),
         F.when(col("resolution").isin("PENDING", "DISCARDED"), F.lit(0)),
     )
-    return (
+    per_half = (
         joined.withColumn("resolution", resolution)
         .withColumn("resolved_ms", resolved_ms)
         .select(
@@ -208,8 +213,42 @@ def transaction_audit(spark: SparkSession, store: str, events: DataFrame | None 
             (col("resolved_ms") - col("prepared_ms")).alias("time_to_resolution_ms"),
             "delivered_msg_id",
             col("deliveries").cast("int").alias("deliveries"),
+            "tx_seq",
         )
     )
+    return _one_row_per_transaction(per_half)
+
+
+_PER_HALF = AUDIT_COLUMNS[: AUDIT_COLUMNS.index("messages")]
+
+
+def _one_row_per_transaction(per_half: DataFrame) -> DataFrame:
+    """A transaction of one message is its half message's row. The messages of a transaction of several (same
+    producer group and TXMQ_TX_ID) become one row: the first message's, with the count of messages, of those
+    delivered, and every delivery."""
+    col = F.col
+    delivered = (col("deliveries") > 0).cast("int")
+    single = (
+        per_half.filter(col("tx_seq").isNull())
+        .withColumn("messages", F.lit(1))
+        .withColumn("messages_delivered", delivered)
+        .withColumn("max_deliveries", col("deliveries"))
+        .select(*AUDIT_COLUMNS)
+    )
+    several = (
+        per_half.filter(col("tx_seq").isNotNull())
+        .groupBy("producer_group", "transaction_id")
+        .agg(
+            F.min_by(F.struct(*[c for c in _PER_HALF if c != "deliveries"]), col("tx_seq")).alias("first"),
+            F.sum("deliveries").cast("int").alias("deliveries"),
+            F.count(F.lit(1)).cast("int").alias("messages"),
+            F.sum(delivered).cast("int").alias("messages_delivered"),
+            F.max("deliveries").cast("int").alias("max_deliveries"),
+        )
+        .select("first.*", "deliveries", "messages", "messages_delivered", "max_deliveries")
+        .select(*AUDIT_COLUMNS)
+    )
+    return single.unionByName(several)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -254,7 +293,8 @@ def oldest_in_doubt(audit: DataFrame, limit: int = 20, now_ms: int | None = None
 
 
 def anomalies(audit: DataFrame, events: DataFrame) -> DataFrame:
-    """COMMIT_WITHOUT_DELIVERY, DOUBLE_DELIVERY and DELIVERY_WITHOUT_COMMIT (including deliveries whose half message
+    """COMMIT_WITHOUT_DELIVERY, PARTIAL_DELIVERY (some messages of a transaction of several delivered, not all),
+    DOUBLE_DELIVERY and DELIVERY_WITHOUT_COMMIT (including deliveries whose half message
     is not in the store at all): (anomaly, producer_group, real_topic, uniq_key, half_commit_log_offset, resolution,
     deliveries, delivered_msg_id)."""
     col = F.col
@@ -269,7 +309,10 @@ def anomalies(audit: DataFrame, events: DataFrame) -> DataFrame:
     ]
     flagged = audit.select(
         F.when((col("resolution") == "COMMIT") & (col("deliveries") == 0), F.lit("COMMIT_WITHOUT_DELIVERY"))
-        .when(col("deliveries") > 1, F.lit("DOUBLE_DELIVERY"))
+        .when(
+            (col("messages_delivered") > 0) & (col("messages_delivered") < col("messages")), F.lit("PARTIAL_DELIVERY")
+        )
+        .when(col("max_deliveries") > 1, F.lit("DOUBLE_DELIVERY"))
         .when((col("resolution") != "COMMIT") & (col("deliveries") > 0), F.lit("DELIVERY_WITHOUT_COMMIT"))
         .alias("anomaly"),
         *cols,

@@ -55,6 +55,7 @@ TX_COLUMNS = (
     ("checks", "int"),  # discard copies: TRANSACTION_CHECK_TIMES
     ("born_timestamp", "bigint"),
     ("store_timestamp", "bigint"),
+    ("tx_seq", "int"),  # a message of a transaction of several (TXMQ_TX_SEQ; its TXMQ_TX_ID is transaction_id)
 )
 TX_SCHEMA = ", ".join(f"{n} {t}" for n, t in TX_COLUMNS)
 
@@ -216,9 +217,11 @@ def transaction_rows(record: MessageRecord, offset_msg_id: str | None = None) ->
     uniq = props.get(Prop.UNIQ_KEY)
     msg_id = offset_msg_id if offset_msg_id is not None else record.offset_msg_id
     born, stored = record.born_timestamp, record.store_timestamp
+    several = props.get(Prop.TX_ID)
+    seq = _int(props.get(Prop.TX_SEQ)) if several else None
     if topic == HALF_TOPIC:
         group, real_topic, real_qid = props.get(Prop.PGROUP), props.get(Prop.REAL_TOPIC), _int(props.get(Prop.REAL_QID))
-        tx_id = props.get(Prop.TRANSACTION_ID) or uniq
+        tx_id = several or props.get(Prop.TRANSACTION_ID) or uniq
         phys = record.physical_offset
         return [
             (
@@ -237,6 +240,7 @@ def transaction_rows(record: MessageRecord, offset_msg_id: str | None = None) ->
                 None,
                 born,
                 stored,
+                seq,
             )
         ]
     if topic == OP_TOPIC:
@@ -268,6 +272,7 @@ def transaction_rows(record: MessageRecord, offset_msg_id: str | None = None) ->
                 None,
                 born,
                 stored,
+                None,
             )
             for m, key in zip(marked, keys, strict=True)
         ]
@@ -292,12 +297,13 @@ def transaction_rows(record: MessageRecord, offset_msg_id: str | None = None) ->
                 checks,
                 born,
                 stored,
+                seq,
             )
         ]
     if record.sys_flag & TX_MASK == TX_COMMIT_TYPE:
-        tx_id = props.get(Prop.TRANSACTION_ID) or uniq
+        tx_id = several or props.get(Prop.TRANSACTION_ID) or uniq
         row = ("DELIVERY", record.physical_offset, record.prepared_transaction_offset, None, props.get(Prop.PGROUP))
-        return [(*row, topic, record.queue_id, record.queue_offset, tx_id, uniq, msg_id, None, None, born, stored)]
+        return [(*row, topic, record.queue_id, record.queue_offset, tx_id, uniq, msg_id, None, None, born, stored, seq)]
     return None
 
 
