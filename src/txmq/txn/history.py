@@ -9,7 +9,7 @@ and its record is rebuilt from the half message when asked for. No IO here.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -287,6 +287,35 @@ class History:
         """The messages of the transaction ``tx_id`` held in memory, in their order."""
         found = [self.records[p] for p in self._by_tx.get(tx_id, ()) if p in self.records]
         return sorted(found, key=lambda r: r.seq)
+
+    def matching(
+        self,
+        now: int,
+        *,
+        group: str | None = None,
+        topic: str | None = None,
+        older_than_ms: int | None = None,
+        states: frozenset[TxState] = frozenset({TxState.PREPARED, TxState.DISCARDED}),
+        limit: int = 100,
+        also: Iterable[TransactionRecord] = (),
+    ) -> tuple[int, list[TransactionRecord]]:
+        """(how many match, the oldest ``limit`` of them) among the records held and ``also`` (the records of
+        light entries, rebuilt by the driver: :meth:`light_in`)."""
+        matched = [
+            r
+            for r in [*self.records.values(), *also]
+            if r.state in states
+            and (group is None or r.group == group)
+            and (topic is None or r.topic == topic)
+            and (older_than_ms is None or now - r.prepared_at >= older_than_ms)
+        ]
+        matched.sort(key=lambda r: (r.prepared_at, r.phys))
+        return len(matched), matched[: max(0, limit)]
+
+    def light_in(self, states: frozenset[TxState]) -> list[int]:
+        """The half offsets of the light entries (transactions decided while fresh, held without a record) whose
+        decision leaves them in one of ``states``."""
+        return [phys for phys, light in self.light.items() if STATE_OF_DECISION[light.decision] in states]
 
     def known_decision(self, phys: int) -> tuple[bool, str | None]:
         """(whether memory knows the transaction at ``phys``, its decision or None while PREPARED)."""

@@ -19,12 +19,10 @@ rows of :data:`txmq.txn.machine.TRANSITIONS`; this module only looks them up.
 from __future__ import annotations
 
 import collections
-import heapq
-import itertools
 import logging
 from collections.abc import Container, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.record import MessageRecord, Prop, encode_offset_msg_id
@@ -35,6 +33,8 @@ from txmq.txn.history import UNKNOWN, History, Light, TransactionRecord, record_
 from txmq.txn.journal import CheckAttempt, answer_line, check_line
 from txmq.txn.machine import TX_TRANSITIONS, Verdict, rule
 from txmq.txn.model import INPUT_OF_DECISION, STATE_OF_DECISION, By, Decision, Input, TxState, state_after
+from txmq.txn.schedule import CheckSchedule
+from txmq.txn.several import decisions_of_several, join_refusal
 
 log = logging.getLogger("txmq.txn")
 
@@ -125,8 +125,7 @@ class TransactionTable:
         # In-doubt transactions of several messages: id -> their records in order. The first is the one decided,
         # checked and discarded for all; the others are held (in doubt, kept from retention) but never scheduled.
         self.groups: dict[str, list[TransactionRecord]] = {}
-        self._heap: list[tuple[int, int, int]] = []  # (due_ms, seq, half phys)
-        self._seq = itertools.count()
+        self.schedule = CheckSchedule()
 
     # -- what it holds -----------------------------------------------------------------------------------------------
 
@@ -137,7 +136,7 @@ class TransactionTable:
     @property
     def schedule_size(self) -> int:
         """Entries in the check schedule, stale ones included (kept near the pending count)."""
-        return len(self._heap)
+        return len(self.schedule)
 
     def pending(self) -> dict[int, TransactionRecord]:
         """Every in-doubt transaction by half commit-log offset; fresh ones get their record."""
@@ -154,66 +153,24 @@ class TransactionTable:
     def counter_values(self) -> dict[str, int]:
         return self.counters.snapshot(self.in_doubt, self.discarded_now)
 
-    def list_in_doubt(
-        self,
-        now: int,
-        *,
-        group: str | None = None,
-        topic: str | None = None,
-        older_than_ms: int | None = None,
-        states: frozenset[TxState] = frozenset({TxState.PREPARED, TxState.DISCARDED}),
-        limit: int = 100,
-        also: Iterable[TransactionRecord] = (),
-    ) -> tuple[int, list[TransactionRecord]]:
-        """(how many match, the oldest ``limit`` of them) among the records held and ``also`` (the records of
-        light entries, rebuilt by the driver: :meth:`light_in`)."""
+    def list_in_doubt(self, now: int, **filters: Any) -> tuple[int, list[TransactionRecord]]:
+        """(how many match, the oldest ``limit`` of them) among the records held (fresh ones get theirs) and
+        ``also``: :meth:`txmq.txn.history.History.matching`."""
         self.materialize_all()
-        matched = [
-            r
-            for r in [*self.history, *also]
-            if r.state in states
-            and (group is None or r.group == group)
-            and (topic is None or r.topic == topic)
-            and (older_than_ms is None or now - r.prepared_at >= older_than_ms)
-        ]
-        matched.sort(key=lambda r: (r.prepared_at, r.phys))
-        return len(matched), matched[: max(0, limit)]
+        return self.history.matching(now, **filters)
 
     def light_in(self, states: frozenset[TxState]) -> list[int]:
-        """The half offsets of the light entries (transactions decided while fresh, held without a record) whose
-        decision leaves them in one of ``states``."""
-        return [phys for phys, light in self.history.light.items() if STATE_OF_DECISION[light.decision] in states]
+        return self.history.light_in(states)
 
     # -- prepare -----------------------------------------------------------------------------------------------------
 
     def may_join(self, half: MessageRecord) -> str | None:
         """Before a half message that belongs to a transaction of several messages is stored: None when it may be,
-        else why not (the transaction is full, its first message is not here, or this place is taken)."""
-        props = half.properties
-        tx_id = props.get(Prop.TX_ID)
+        else why not (:func:`txmq.txn.several.join_refusal`)."""
+        tx_id = half.properties.get(Prop.TX_ID)
         if tx_id is None:
             return None
-        try:
-            seq = int(props.get(Prop.TX_SEQ, ""))
-        except ValueError:
-            return f"[TXMQ] {Prop.TX_SEQ}={props.get(Prop.TX_SEQ)!r} of transaction {tx_id} is not a number"
-        members = self.groups.get(tx_id)
-        if members is None:
-            if seq != 0:
-                return (
-                    f"[TXMQ] transaction {tx_id} is not open on this broker: its first message ({Prop.TX_SEQ}=0) "
-                    "must be stored here first, and all its messages on the same broker"
-                )
-            return None
-        limit = self.settings.max_messages
-        if len(members) >= limit:
-            return (
-                f"[TXMQ] transaction {tx_id} already holds {len(members)} messages, the most one transaction may "
-                f"hold (transactionMaxMessages={limit}); nothing of this message was stored"
-            )
-        if any(m.seq == seq for m in members):
-            return f"[TXMQ] message {seq} of transaction {tx_id} is already stored"
-        return None
+        return join_refusal(half, tx_id, self.groups.get(tx_id), self.settings.max_messages)
 
     def prepared(self, half: MessageRecord) -> None:
         """A half message is stored (offsets and store time filled in): it is in doubt, and fresh (a message of a
@@ -364,35 +321,8 @@ class TransactionTable:
     def _decide_several(
         self, req: DecisionRequest, half: MessageRecord, tx_id: str, now: int
     ) -> Reply | list[StoreDecision]:
-        members = self.groups.get(tx_id)
-        if not members or members[0].phys != req.phys:
-            first = f" (commitLogOffset {members[0].phys})" if members else ""
-            return Reply(
-                ResponseCode.SYSTEM_ERROR,
-                f"[TXMQ] transaction {tx_id} holds several messages: it is decided through its first{first}; "
-                "nothing decided",
-            )
-        if req.messages is not None and req.messages != len(members) and req.decision == Decision.COMMIT:
-            return Reply(
-                ResponseCode.SYSTEM_ERROR,
-                f"[TXMQ] transaction {tx_id}: the producer sent {req.messages} messages, the broker holds "
-                f"{len(members)} of them; COMMIT refused, nothing decided",
-            )
-        out = [
-            StoreDecision(
-                rec.phys,
-                rec.queue_offset,
-                rec.uniq_key,
-                req.decision,
-                req.by,
-                half if rec.phys == req.phys else None,
-                rec,
-                req.msg_id,
-                req.group,
-            )
-            for rec in members
-        ]
-        if req.decision == Decision.ROLLBACK:
+        out = decisions_of_several(req, half, tx_id, self.groups.get(tx_id))
+        if not isinstance(out, Reply) and req.decision == Decision.ROLLBACK:
             for d in out:
                 self.applied(d, None, now)
         return out
@@ -457,19 +387,10 @@ class TransactionTable:
     def add_pending(self, rec: TransactionRecord) -> None:
         pending = self.pending_records
         pending[rec.phys] = rec
-        heap = self._heap
-        if len(heap) > 2 * len(pending) + self.settings.heap_slack:
-            # Decided transactions leave their entries behind (a heap cannot drop them); when they are most of it,
-            # rebuild it from the pending table, so it stays near the pending size and check rounds pop no backlog.
-            seq = self._seq
-            heap[:] = [(p.due_ms, next(seq), phys) for phys, p in pending.items()]
-            heapq.heapify(heap)
-        else:
-            heapq.heappush(heap, (rec.due_ms, next(self._seq), rec.phys))
+        self.schedule.add(rec, pending, self.settings.heap_slack)
 
     def reschedule(self, rec: TransactionRecord, due_ms: int) -> None:
-        rec.due_ms = due_ms
-        heapq.heappush(self._heap, (due_ms, next(self._seq), rec.phys))
+        self.schedule.push(rec, due_ms)
 
     def due(self, now: int, busy: Container[int]) -> list[Due]:
         """What is due at ``now``: a check, or a discard after ``check_max`` checks or past ``reserved_ms``. A
@@ -477,10 +398,8 @@ class TransactionTable:
         self.materialize_older(now)  # still undecided after a second: from now on it is checked on schedule
         settings = self.settings
         out: list[Due] = []
-        heap = self._heap
         pending = self.pending_records
-        while heap and heap[0][0] <= now:
-            due_ms, _seq, phys = heapq.heappop(heap)
+        for phys, due_ms in self.schedule.pop_due(now):
             rec = pending.get(phys)
             if rec is None or rec.due_ms != due_ms or phys in busy:
                 continue
@@ -573,7 +492,7 @@ class TransactionTable:
         self.history.clear()
         self.groups.clear()
         self.decided = DecisionWindow(self.decided.limit, decided.items())
-        self._heap.clear()
+        self.schedule.clear()
         self.discarded_now = sum(1 for rec in records if rec.state is TxState.DISCARDED)
         interval = self.settings.check_interval_ms
         for rec in records:

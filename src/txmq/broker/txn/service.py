@@ -23,23 +23,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from txmq.broker.refusal import BrokerRefusal
+from txmq.broker.txn.checker import Checker
 from txmq.broker.txn.journal_file import JournalFile
 from txmq.broker.txn.lookups import StoreLookups
+from txmq.broker.txn.ops import StoreOps
 from txmq.broker.txn.producers import ProducerChecks
 from txmq.broker.txn.writer import Answer, DecisionWriter, Queued, Turns, marker_stored
 from txmq.protocol.codes import ResponseCode
-from txmq.protocol.op_marker import OP_TAG, PROP_BY, RESUME_TAG
-from txmq.protocol.record import MessageRecord, Prop, encode_offset_msg_id
+from txmq.protocol.op_marker import PROP_BY, RESUME_TAG
+from txmq.protocol.record import MessageRecord, encode_offset_msg_id
 from txmq.protocol.topics import (
-    PERM_READ,
-    PERM_WRITE,
-    SYS_TRANS_GROUP,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
-    TRANS_OP_HALF_TOPIC,
 )
 from txmq.txn import records
-from txmq.txn.effects import DecisionRequest, Discard, Reply, StoreDecision
+from txmq.txn.effects import DecisionRequest, Reply, StoreDecision
 from txmq.txn.history import TransactionRecord
 from txmq.txn.model import By, Decision, TxState
 from txmq.txn.table import (
@@ -112,16 +110,29 @@ class TransactionService:
         self.clock = clock
         self.store_host = store_host
         self.store = store
-        self.topics = topics
-        self.offsets = offsets
-        self.schedule = schedule
-        self.topic_changed = topic_changed
         self.table = TransactionTable(settings_of(config), store_host)
         self.lookups = StoreLookups(store, self.table)
         self.journal = JournalFile(Path(config.store_path_root_dir) / "config")
         self.producers = ProducerChecks(clients)
         self.turns = Turns()
-        self.writer = DecisionWriter(store, self.table, clock.now_ms, store_host, self._op_topic_ready)
+        self.ops = StoreOps(
+            store=store,
+            clock=clock,
+            store_host=store_host,
+            topics=topics,
+            schedule=schedule,
+            topic_changed=topic_changed,
+        )
+        self.writer = DecisionWriter(store, self.table, clock.now_ms, store_host, self.ops.op_topic_ready)
+        self.checker = Checker(
+            table=self.table,
+            ops=self.ops,
+            clock=clock,
+            producers=self.producers,
+            journal=self.journal,
+            rewrite_journal=self._rewrite_journal,
+            offsets=offsets,
+        )
         self._task: asyncio.Task[None] | None = None
         self._waiting: set[asyncio.Future[Answer]] = set()  # oneway decisions waiting for their turn
         self._ready = False
@@ -216,8 +227,8 @@ class TransactionService:
         missing = [m for m in members if found[m.phys] is None]
         copies = []
         for m in missing:
-            half = self._read_half(m.phys, m.size)
-            copy = None if half is None else self._commit_copy(half)
+            half = self.ops.read_half(m.phys, m.size)
+            copy = None if half is None else self.ops.commit_copy(half)
             if not isinstance(copy, MessageRecord):
                 raise ValueError(f"the committed copy of the half message at {m.phys} cannot be made: {copy}")
             copies.append(copy)
@@ -227,7 +238,7 @@ class TransactionService:
                 raise OSError(f"storing the missing committed copies failed: {results}")
             found.update((m.phys, r.physical_offset) for m, r in zip(missing, results, strict=True))
         ids = {phys: encode_offset_msg_id(self.store_host, copy) for phys, copy in found.items() if copy is not None}
-        await self._write_op(
+        await self.ops.write_op(
             [(m.queue_offset, m.phys, Decision.COMMIT, By.RECOVERY, ids[m.phys], m.uniq_key) for m in members]
         )
         now = self.clock.now_ms()
@@ -272,7 +283,7 @@ class TransactionService:
         if refusal is not None:
             raise BrokerRefusal(ResponseCode.MESSAGE_ILLEGAL, refusal)
         half = records.make_half(record)
-        self._ensure(TRANS_HALF_TOPIC)
+        self.ops.ensure(TRANS_HALF_TOPIC)
         return half
 
     def half_stored(self, half: MessageRecord, result: Any) -> None:
@@ -363,7 +374,7 @@ class TransactionService:
             return self._with_copies(effect)
         if effect.decision != Decision.COMMIT:
             return effect, None
-        copy = self._commit_copy(effect.half)
+        copy = self.ops.commit_copy(effect.half)
         if isinstance(copy, Reply):
             return copy
         return effect, copy
@@ -375,37 +386,16 @@ class TransactionService:
             return [(d, None) for d in several]
         out: list[tuple[StoreDecision, MessageRecord | None]] = []
         for d in several:
-            half = d.half or self._read_half(d.phys)
+            half = d.half or self.ops.read_half(d.phys)
             copy = (
                 Reply(ResponseCode.SYSTEM_ERROR, f"[TXMQ] no half message at commit-log offset {d.phys}")
                 if half is None
-                else self._commit_copy(half)
+                else self.ops.commit_copy(half)
             )
             if isinstance(copy, Reply):
                 return copy
             out.append((d, copy))
         return out
-
-    def _read_half(self, phys: int, size: int | None = None) -> MessageRecord | None:
-        try:
-            half = self.store.read_message(phys, size)
-        except Exception as exc:
-            log.warning("the half message at commit-log offset %d is unreadable: %s", phys, exc)
-            return None
-        return half if half is not None and half.topic == TRANS_HALF_TOPIC else None
-
-    def _commit_copy(self, half: MessageRecord) -> MessageRecord | Reply:
-        try:
-            copy = records.commit_copy(half, self.store_host)
-        except (KeyError, ValueError) as exc:
-            return Reply(ResponseCode.SYSTEM_ERROR, f"the prepared message lacks its real topic/queue: {exc}")
-        delay = copy.properties.get(Prop.DELAY)
-        if delay and delay != "0":
-            try:
-                copy = self.schedule.redirect(copy, delay)
-            except BrokerRefusal as exc:
-                return Reply(exc.code, exc.remark)
-        return copy
 
     def note_answer(self, phys: int, group: str, answer: str) -> None:
         """A producer's answer to a check (COMMIT, ROLLBACK or UNKNOWN), for the transaction's history."""
@@ -457,12 +447,12 @@ class TransactionService:
         if rec.tx_id:  # a transaction of several messages is resumed whole
             members = [m for m in self.table.history.members(rec.tx_id) if m.state is TxState.DISCARDED] or [rec]
         for m in members:
-            if self._read_half(m.phys, m.size) is None:
+            if self.ops.read_half(m.phys, m.size) is None:
                 return ResponseCode.SYSTEM_ERROR, (
                     f"[TXMQ] the half message of transaction {m.name} at commit-log offset {m.phys} is no longer "
                     f"stored (retention); its copy stays in {TRANS_CHECK_MAX_TIME_TOPIC} as {m.discarded_msg_id}"
                 )
-        self._op_topic_ready()
+        self.ops.op_topic_ready()
         now = self.clock.now_ms()
         marks = [
             records.note_marker(
@@ -491,102 +481,4 @@ class TransactionService:
 
     async def check_round(self) -> int:
         """Check (or discard) every pending transaction that is due; returns how many checks were sent."""
-        now = self.clock.now_ms()
-        table = self.table
-        sent = 0
-        for due in table.due(now, self.turns):
-            rec = due.rec
-            if not table.still_pending(rec):
-                continue  # decided while this round was running
-            try:
-                if isinstance(due, Discard):
-                    await self._discard(rec)
-                elif self._send_check(rec, now):
-                    sent += 1
-                else:
-                    table.check_not_sent(rec, now)
-            except Exception:
-                log.exception("checking transaction at commit-log offset %d failed; retrying later", rec.phys)
-                if table.still_pending(rec):
-                    table.reschedule(rec, now + table.settings.check_interval_ms)
-        if self.journal.wants_compaction:
-            await self._rewrite_journal()
-        else:
-            await self.journal.flush_async()
-        self._commit_progress()
-        return sent
-
-    def _send_check(self, rec: TransactionRecord, now: int) -> bool:
-        """Send the check to a live producer of the group; True when it went out (and so counts)."""
-        half = self.store.read_message(rec.phys, rec.size)
-        if half is None or half.topic != TRANS_HALF_TOPIC:
-            raise ValueError(f"no half message at commit-log offset {rec.phys}")
-        messages = len(self.table.members_of(rec))
-        client = self.producers.send(records.check_request(half, rec.group, rec.checks + 1, messages))
-        if client is None:
-            if not rec.waiting_for_producer:
-                log.info("transaction %s waits: no producer of group %s is online", rec.uniq_key, rec.group)
-            return False
-        self.journal.add(self.table.check_sent(rec, now).line)
-        log.debug("checked transaction %s (%d) with %s", rec.uniq_key, rec.checks, client)
-        return True
-
-    async def _discard(self, rec: TransactionRecord) -> None:
-        """Copy every message of ``rec``'s transaction to TRANS_CHECK_MAX_TIME_TOPIC, then one DISCARD marker."""
-        members = self.table.members_of(rec)
-        copies = []
-        for m in members:
-            half = self.store.read_message(m.phys, m.size)
-            if half is None:
-                raise ValueError(f"no half message at commit-log offset {m.phys}")
-            copies.append(records.discard_copy(half, rec.checks, self.store_host))
-        self._ensure(TRANS_CHECK_MAX_TIME_TOPIC)
-        results = await self.store.put_many(copies)
-        if not all(r.ok for r in results):
-            raise OSError(f"copying to {TRANS_CHECK_MAX_TIME_TOPIC} failed: {results}")
-        copy_ids = {
-            m.phys: encode_offset_msg_id(self.store_host, r.physical_offset)
-            for m, r in zip(members, results, strict=True)
-        }
-        discarded = self.table.discarding(rec)
-        if not discarded:
-            return  # decided while the copies were stored: the decision stands
-        await self._write_op(
-            [(m.queue_offset, m.phys, Decision.DISCARD, By.BROKER, copy_ids.get(m.phys), m.uniq_key) for m in discarded]
-        )
-        now = self.clock.now_ms()
-        for m in discarded:
-            self.table.resolve(m, Decision.DISCARD, By.BROKER, copy_ids.get(m.phys), now)
-        log.warning(
-            "transaction %s of group %s unresolved after %d checks: moved to %s",
-            rec.uniq_key,
-            rec.group,
-            rec.checks,
-            TRANS_CHECK_MAX_TIME_TOPIC,
-        )
-
-    def _commit_progress(self) -> None:
-        """Record RocketMQ's consumed offsets of the half and op queues for CID_RMQ_SYS_TRANS (for admin tools)."""
-        store = self.store
-        lowest = self.table.lowest_half_queue_offset()
-        half_end = store.max_offset(TRANS_HALF_TOPIC, 0)
-        if half_end:
-            self.offsets.commit(SYS_TRANS_GROUP, TRANS_HALF_TOPIC, 0, half_end if lowest is None else lowest)
-        op_end = store.max_offset(TRANS_OP_HALF_TOPIC, 0)
-        if op_end:
-            self.offsets.commit(SYS_TRANS_GROUP, TRANS_OP_HALF_TOPIC, 0, op_end)
-
-    # -- op records ------------------------------------------------------------------------------------------------
-
-    async def _write_op(self, items: list[records.MarkerItem]) -> bool:
-        """Store one op marker on its own (recovery, discard)."""
-        self._op_topic_ready()
-        result = await self.store.put(records.decision_marker(items, self.clock.now_ms(), self.store_host))
-        return marker_stored(result, OP_TAG, items[0][2], items[0][1])
-
-    def _op_topic_ready(self) -> None:
-        self._ensure(TRANS_OP_HALF_TOPIC)
-
-    def _ensure(self, topic: str) -> None:
-        if topic not in self.topics.topics and self.topics.ensure(topic, 1, PERM_READ | PERM_WRITE)[1]:
-            self.topic_changed()
+        return await self.checker.round(self.turns)
