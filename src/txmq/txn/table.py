@@ -304,7 +304,7 @@ class TransactionTable:
         tx_id = half.properties.get(Prop.TX_ID)
         if tx_id is not None:
             return self._decide_several(req, half, tx_id, now)
-        rec = self.history.get(phys)
+        rec = self.history.records.get(phys)
         if rec is None:
             if not fresh:
                 rec = record_from_half(half, self.settings.timeout_ms)  # a transaction that left the history window

@@ -31,7 +31,7 @@ from txmq.broker.txn.producers import ProducerChecks
 from txmq.broker.txn.writer import Answer, DecisionWriter, Queued, Turns, marker_stored
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.op_marker import PROP_BY, RESUME_TAG
-from txmq.protocol.record import MessageRecord, encode_offset_msg_id
+from txmq.protocol.record import MessageRecord, Prop, encode_offset_msg_id
 from txmq.protocol.topics import (
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
@@ -112,6 +112,7 @@ class TransactionService:
         self.store = store
         self.table = TransactionTable(settings_of(config), store_host)
         self.lookups = StoreLookups(store, self.table)
+        self._topics = topics
         self.journal = JournalFile(Path(config.store_path_root_dir) / "config")
         self.producers = ProducerChecks(clients)
         self.turns = Turns()
@@ -259,7 +260,7 @@ class TransactionService:
         stored = self.store.put_future(half)
 
         def prepared(done: asyncio.Future[Any]) -> None:
-            if not done.cancelled() and done.exception() is None:
+            if not done.cancelled() and done.exception() is None and done.result().ok:
                 self.half_stored(half, done.result())
 
         stored.add_done_callback(prepared)  # before the door's own callback: the answer comes after this
@@ -271,7 +272,8 @@ class TransactionService:
         if not self._ready:
             raise BrokerRefusal(ResponseCode.SYSTEM_BUSY, NOT_RUNNING)
         limit = self.config.max_pending_transactions
-        in_doubt = self.table.in_doubt
+        table = self.table
+        in_doubt = len(table.pending_records) + len(table.fresh)
         if in_doubt >= limit:
             raise BrokerRefusal(
                 ResponseCode.SYSTEM_BUSY,
@@ -279,21 +281,22 @@ class TransactionService:
                 f"{in_doubt} pending, limit maxPendingTransactions={limit}; "
                 "commit or roll back pending transactions, or retry later",
             )
-        refusal = self.table.may_join(record)
-        if refusal is not None:
-            raise BrokerRefusal(ResponseCode.MESSAGE_ILLEGAL, refusal)
+        if Prop.TX_ID in record.properties:  # a message of a transaction of several
+            refusal = table.may_join(record)
+            if refusal is not None:
+                raise BrokerRefusal(ResponseCode.MESSAGE_ILLEGAL, refusal)
         half = records.make_half(record)
-        self.ops.ensure(TRANS_HALF_TOPIC)
+        if TRANS_HALF_TOPIC not in self._topics.topics:
+            self.ops.ensure(TRANS_HALF_TOPIC)
         return half
 
     def half_stored(self, half: MessageRecord, result: Any) -> None:
-        """The store answered the put of ``half``: once stored, the transaction is in doubt."""
-        if result.ok:
-            half.physical_offset = result.physical_offset
-            half.queue_offset = result.queue_offset
-            half.store_timestamp = result.store_timestamp
-            half.store_size = result.size
-            self.table.prepared(half)
+        """The store has ``half`` (``result`` is a stored one): the transaction is in doubt."""
+        half.physical_offset = result.physical_offset
+        half.queue_offset = result.queue_offset
+        half.store_timestamp = result.store_timestamp
+        half.store_size = result.size
+        self.table.prepared(half)
 
     # -- decisions -------------------------------------------------------------------------------------------------
 
@@ -328,17 +331,17 @@ class TransactionService:
     def _submit(self, req: DecisionRequest, answer: asyncio.Future[Answer] | None) -> Answer | asyncio.Future[Answer]:
         """Decide ``req`` holding its turn; the stored decision (or the answer given at once) ends the turn."""
         try:
-            effect = self._decide(req)
-            if isinstance(effect, Reply):
+            queued = self._decide(req)
+            kind = queued.__class__
+            if kind is Queued:
+                queued.answer, queued.holds_turn = answer, self.turns
+                self.writer.queue(queued)
+            elif kind is Reply:
                 self.turns.release(req.phys)
-                return effect.code, effect.remark
-            if isinstance(effect, tuple):
-                self.writer.queue(Queued(effect[0], effect[1], answer, self.turns))
+                return queued.code, queued.remark
             else:  # several messages: one append; the first one's settling answers and ends the turn
-                first, *rest = effect
-                self.writer.queue_together(
-                    [Queued(first[0], first[1], answer, self.turns), *(Queued(d, c, None, None) for d, c in rest)]
-                )
+                queued[0].answer, queued[0].holds_turn = answer, self.turns
+                self.writer.queue_together(queued)
         except BaseException:
             self.turns.release(req.phys)
             raise
@@ -350,11 +353,10 @@ class TransactionService:
         outcome = self._submit(req, answer)
         return outcome if isinstance(outcome, tuple) else await outcome
 
-    def _decide(
-        self, req: DecisionRequest
-    ) -> Reply | tuple[StoreDecision, MessageRecord | None] | list[tuple[StoreDecision, MessageRecord | None]]:
-        """The table's verdict, with the half message read when the table no longer holds it; a COMMIT's copy is
-        built here (redirected to the schedule topic when delayed): nothing is decided when that fails."""
+    def _decide(self, req: DecisionRequest) -> Reply | Queued | list[Queued]:
+        """The table's verdict, with the half message read when the table no longer holds it, as decisions to store;
+        a COMMIT's copy is built here (redirected to the schedule topic when delayed): nothing is decided when that
+        fails."""
         table = self.table
         phys = req.phys
         half = table.fresh.get(phys)
@@ -364,27 +366,26 @@ class TransactionService:
             except Exception as exc:
                 log.warning("END_TRANSACTION %s at commit-log offset %d: record unreadable: %s", req.msg_id, phys, exc)
         effect = table.decide(req, half, self.lookups, self.clock.now_ms())
-        if isinstance(effect, Reply):
+        kind = effect.__class__
+        if kind is Reply:
             if effect.warning:
                 log.warning("%s", effect.warning)
             return effect
         if req.by is By.OPERATOR:
             log.warning("transaction %s of group %s: %s by an operator", req.msg_id, req.group, req.decision)
-        if isinstance(effect, list):
+        if kind is not StoreDecision:
             return self._with_copies(effect)
         if effect.decision != Decision.COMMIT:
-            return effect, None
+            return Queued(effect, None, None, None)
         copy = self.ops.commit_copy(effect.half)
-        if isinstance(copy, Reply):
-            return copy
-        return effect, copy
+        return copy if copy.__class__ is Reply else Queued(effect, copy, None, None)
 
-    def _with_copies(self, several: list[StoreDecision]) -> Reply | list[tuple[StoreDecision, MessageRecord | None]]:
+    def _with_copies(self, several: list[StoreDecision]) -> Reply | list[Queued]:
         """The decisions about the messages of one transaction, each with its committed copy (read back from the
         store): when one copy cannot be built, nothing is decided."""
         if several[0].decision != Decision.COMMIT:
-            return [(d, None) for d in several]
-        out: list[tuple[StoreDecision, MessageRecord | None]] = []
+            return [Queued(d, None, None, None) for d in several]
+        out: list[Queued] = []
         for d in several:
             half = d.half or self.ops.read_half(d.phys)
             copy = (
@@ -394,7 +395,7 @@ class TransactionService:
             )
             if isinstance(copy, Reply):
                 return copy
-            out.append((d, copy))
+            out.append(Queued(d, copy, None, None))
         return out
 
     def note_answer(self, phys: int, group: str, answer: str) -> None:
