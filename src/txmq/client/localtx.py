@@ -151,7 +151,7 @@ class LocalTransactionLog:
             tid=transaction_id,
             group=producer_group,
         )
-        if cur.fetchone() is not None:
+        if cur.fetchall():  # all: a finished statement holds no SQLite read lock
             return LocalTransactionState.COMMIT
         if born_ms <= 0:
             return LocalTransactionState.UNKNOWN
