@@ -9,6 +9,7 @@ in the same database transaction as its ``txmq_transactions`` row.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -21,7 +22,8 @@ from typing import Any
 import pytest
 
 from db_harness import connect
-from txmq.client import Admin
+from txmq.client import Admin, LocalTransactionState, Message, sync
+from txmq.client.localtx import DatabaseTransactionListener
 from txmq.testing import aeventually
 
 from .helpers import make_topic, read_topic, unique
@@ -30,6 +32,7 @@ pytestmark = pytest.mark.slow
 
 CHILD = Path(__file__).with_name("localtx_child.py")
 TESTS = Path(__file__).parent.parent
+C, R = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK
 LONG_GRACE = "600"  # no check may answer ROLLBACK while the test runs
 SHORT_GRACE = "2"  # a missing row means ROLLBACK two seconds after the half message was born
 
@@ -178,3 +181,24 @@ async def test_slow_commit_is_unknown_then_committed_by_a_check(txmq_cluster: An
     assert "ROLLBACK" not in {entry["answer"] for entry in detail["checkLog"]}
     sender.kill()
     assert Counter(m.body for m in await read_topic(ns, topic)) == {body.encode(): 1}
+
+
+def test_blocking_producer_commits_with_its_row_and_rolls_back_a_declined_order(txmq_cluster: Any, db: str) -> None:
+    """The README's example: the blocking TransactionProducer with the listener, the business write in the
+    sending thread."""
+    ns = txmq_cluster.namesrv_addr
+    topic = asyncio.run(make_topic(ns))
+
+    def place(conn: Any, message: Message, order: dict[str, Any]) -> None:
+        conn.cursor().execute(f"INSERT INTO orders (body) VALUES ('{message.body.decode()}')")
+        if order["declined"]:
+            raise ValueError("payment declined")
+
+    listener = DatabaseTransactionListener(lambda: connect(db), place)
+    with sync.TransactionProducer(unique("LTX"), ns, listener, instance_name=unique("p")) as producer:
+        ok = producer.send_message_in_transaction(Message(topic, b"ok"), {"declined": False})
+        no = producer.send_message_in_transaction(Message(topic, b"no"), {"declined": True})
+    assert (ok.local_transaction_state, no.local_transaction_state) == (C, R)
+    assert rows(db, "SELECT body FROM orders") == [("ok",)]
+    assert rows(db, "SELECT transaction_id FROM txmq_transactions") == [(ok.transaction_id,)]
+    assert Counter(m.body for m in asyncio.run(read_topic(ns, topic))) == {b"ok": 1}

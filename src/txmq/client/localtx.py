@@ -282,7 +282,9 @@ class DatabaseTransactionListener:
                     )
             except Exception as exc:
                 conn.rollback()
-                log.warning("local transaction %s rolled back: %r", tid, exc)
+                # A declined order is business as usual; a transaction too slow to commit safely is not.
+                level = logging.WARNING if isinstance(exc, LocalTransactionTooSlow) else logging.INFO
+                log.log(level, "local transaction %s rolled back: %r", tid, exc)
                 return LocalTransactionState.ROLLBACK
             try:
                 conn.commit()
