@@ -100,3 +100,24 @@ class PostgresServer:
         if (self.data / "postmaster.pid").exists():
             self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def query(spec: str, sql: str) -> list[tuple[Any, ...]]:
+    """The rows ``sql`` returns, on a new connection to ``spec``."""
+    conn = connect(spec)
+    try:
+        cur = conn.cursor()
+        cur.execute(sql)
+        return [tuple(row) for row in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def execute(spec: str, sql: str) -> None:
+    """Run ``sql`` on a new connection to ``spec`` and commit."""
+    conn = connect(spec)
+    try:
+        conn.cursor().execute(sql)
+        conn.commit()
+    finally:
+        conn.close()

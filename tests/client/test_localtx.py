@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from db_harness import connect
+from db_harness import connect, execute, query
 from txmq.client import LocalTransactionState, Message, MessageExt
 from txmq.client.localtx import DatabaseTransactionListener, LocalTransactionLog, transaction_id_of
 from txmq.errors import MQClientError
@@ -74,16 +74,6 @@ def state(db: str, log: LocalTransactionLog, message: MessageExt) -> LocalTransa
     try:
         log.create_table(conn)
         return log.check(conn, message)
-    finally:
-        conn.close()
-
-
-def rows(db: str, sql: str) -> list[tuple[Any, ...]]:
-    conn = connect(db)
-    try:
-        cur = conn.cursor()
-        cur.execute(sql)
-        return [tuple(r) for r in cur.fetchall()]
     finally:
         conn.close()
 
@@ -176,9 +166,13 @@ def test_prune_deletes_only_rows_older_than_keep(db: str, clock: FakeClock) -> N
         assert log.prune(conn) == 0
     finally:
         conn.close()
-    assert rows(db, "SELECT transaction_id FROM txmq_transactions") == [(new,)]
+    assert query(db, "SELECT transaction_id FROM txmq_transactions") == [(new,)]
     assert state(db, log, checked(new, born + 10_000)) == C
-    assert LocalTransactionLog(keep=None).prune(connect(db)) == 0
+    conn = connect(db)
+    try:
+        assert LocalTransactionLog(keep=None).prune(conn) == 0
+    finally:
+        conn.close()
 
 
 def test_table_name_and_periods_are_validated() -> None:
@@ -219,12 +213,7 @@ class Declined(Exception):
 
 
 def orders_table(db: str) -> None:
-    conn = connect(db)
-    try:
-        conn.cursor().execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
-        conn.commit()
-    finally:
-        conn.close()
+    execute(db, "CREATE TABLE orders (id INTEGER PRIMARY KEY)")
 
 
 def insert_order(conn: Any, message: Message, order: dict[str, Any]) -> None:
@@ -245,8 +234,8 @@ def test_listener_commits_the_work_and_the_row_together(db: str, clock: FakeCloc
     born = clock.now_ms()
     lst = listener(db, log)
     assert lst.execute_local_transaction(sent(t), {"id": 1}) == C
-    assert rows(db, "SELECT id FROM orders") == [(1,)]
-    assert rows(db, "SELECT transaction_id, producer_group FROM txmq_transactions") == [(t, GROUP)]
+    assert query(db, "SELECT id FROM orders") == [(1,)]
+    assert query(db, "SELECT transaction_id, producer_group FROM txmq_transactions") == [(t, GROUP)]
     advance(clock, GRACE)
     assert lst.check_local_transaction(checked(t, born)) == C
 
@@ -258,8 +247,8 @@ def test_listener_rolls_back_the_work_and_the_row_on_an_exception(db: str, clock
     born = clock.now_ms()
     lst = listener(db, log)
     assert lst.execute_local_transaction(sent(t), {"id": 2, "declined": True}) == R
-    assert rows(db, "SELECT id FROM orders") == []
-    assert rows(db, "SELECT transaction_id FROM txmq_transactions") == []
+    assert query(db, "SELECT id FROM orders") == []
+    assert query(db, "SELECT transaction_id FROM txmq_transactions") == []
     early = lst.check_local_transaction(checked(t, born))
     advance(clock, GRACE)
     assert (early, lst.check_local_transaction(checked(t, born))) == (U, R)
@@ -279,8 +268,8 @@ def test_listener_rolls_back_a_transaction_that_reaches_its_commit_too_late(db: 
     in_time = listener(db, log, slow_by(GRACE / 2 - 0.001)).execute_local_transaction(sent(tid()), {"id": 3})
     too_late = listener(db, log, slow_by(GRACE / 2)).execute_local_transaction(sent(tid()), {"id": 4})
     assert (in_time, too_late) == (C, R)
-    assert rows(db, "SELECT id FROM orders") == [(3,)]
-    assert len(rows(db, "SELECT transaction_id FROM txmq_transactions")) == 1
+    assert query(db, "SELECT id FROM orders") == [(3,)]
+    assert len(query(db, "SELECT transaction_id FROM txmq_transactions")) == 1
 
 
 def test_listener_refuses_autocommit_connections(db: str, tmp_path: Path, clock: FakeClock) -> None:
@@ -303,8 +292,8 @@ def test_listener_prunes_on_its_schedule(db: str, clock: FakeClock) -> None:
     assert lst.execute_local_transaction(sent(first), {"id": 1}) == C  # the first success prunes (nothing yet)
     advance(clock, KEEP + 1)
     assert lst.execute_local_transaction(sent(second), {"id": 2}) == C  # within prune_interval: no prune
-    before = {r[0] for r in rows(db, "SELECT transaction_id FROM txmq_transactions")}
+    before = {r[0] for r in query(db, "SELECT transaction_id FROM txmq_transactions")}
     advance(clock, KEEP)
     assert lst.execute_local_transaction(sent(third), {"id": 3}) == C  # prunes first (older than keep) only
-    after = {r[0] for r in rows(db, "SELECT transaction_id FROM txmq_transactions")}
+    after = {r[0] for r in query(db, "SELECT transaction_id FROM txmq_transactions")}
     assert (before, after) == ({first, second}, {second, third})

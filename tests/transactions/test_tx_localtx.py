@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from db_harness import connect
+from db_harness import connect, execute, query
 from txmq.client import Admin, LocalTransactionState, Message, sync
 from txmq.client.localtx import DatabaseTransactionListener
 from txmq.testing import aeventually
@@ -97,23 +97,8 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         spec = f"sqlite:{tmp_path / 'orders.db'}"
     else:
         spec = f"postgresql:{request.getfixturevalue('postgres_db')}"
-    conn = connect(spec)
-    try:
-        conn.cursor().execute("CREATE TABLE orders (body VARCHAR(64) PRIMARY KEY)")
-        conn.commit()
-    finally:
-        conn.close()
+    execute(spec, "CREATE TABLE orders (body VARCHAR(64) PRIMARY KEY)")
     return spec
-
-
-def rows(db: str, sql: str) -> list[tuple[Any, ...]]:
-    conn = connect(db)
-    try:
-        cur = conn.cursor()
-        cur.execute(sql)
-        return [tuple(r) for r in cur.fetchall()]
-    finally:
-        conn.close()
 
 
 async def decided(ns: str, tid: str, state: str) -> dict[str, Any]:
@@ -140,7 +125,7 @@ async def test_producer_killed_between_db_commit_and_end_transaction(txmq_cluste
     tid = (await sender.line("DECIDED")).split()[1]
     assert (await sender.line("DECIDED")).split()[2] == "COMMIT_MESSAGE"  # the database committed
     sender.kill()  # before END_TRANSACTION
-    assert rows(db, "SELECT body FROM orders") == [(body,)]
+    assert query(db, "SELECT body FROM orders") == [(body,)]
     checker = children("check", ns, group, db, LONG_GRACE)  # a second instance of the service
     detail = await decided(ns, tid, "COMMITTED")
     assert detail["resolvedBy"] == "check"
@@ -159,8 +144,8 @@ async def test_producer_killed_before_db_commit(txmq_cluster: Any, db: str, chil
     assert detail["resolvedBy"] == "check" and detail["deliveredMsgId"] is None
     assert f"CHECK {tid} ROLLBACK_MESSAGE checker" in checker.lines
     assert await read_topic(ns, topic) == []
-    assert rows(db, "SELECT body FROM orders") == []
-    assert rows(db, "SELECT transaction_id FROM txmq_transactions") == []
+    assert query(db, "SELECT body FROM orders") == []
+    assert query(db, "SELECT transaction_id FROM txmq_transactions") == []
 
 
 async def test_slow_commit_is_unknown_then_committed_by_a_check(txmq_cluster: Any, db: str, children: Any) -> None:
@@ -199,6 +184,6 @@ def test_blocking_producer_commits_with_its_row_and_rolls_back_a_declined_order(
         ok = producer.send_message_in_transaction(Message(topic, b"ok"), {"declined": False})
         no = producer.send_message_in_transaction(Message(topic, b"no"), {"declined": True})
     assert (ok.local_transaction_state, no.local_transaction_state) == (C, R)
-    assert rows(db, "SELECT body FROM orders") == [("ok",)]
-    assert rows(db, "SELECT transaction_id FROM txmq_transactions") == [(ok.transaction_id,)]
+    assert query(db, "SELECT body FROM orders") == [("ok",)]
+    assert query(db, "SELECT transaction_id FROM txmq_transactions") == [(ok.transaction_id,)]
     assert Counter(m.body for m in asyncio.run(read_topic(ns, topic))) == {b"ok": 1}
