@@ -1,11 +1,13 @@
 """A producer process of the order service whose check-backs read its database (``txmq.client.localtx``).
 
-``python localtx_child.py send NAMESRV GROUP TOPIC DB GRACE BODY WHEN``: sends one transactional message BODY.
-The local transaction inserts BODY into ``orders`` and, through ``DatabaseTransactionListener``, the row of
-``txmq_transactions``. With WHEN=inside it prints ``IN_TX <tid>`` before the database commit and waits for a line
-on stdin (the parent kills it there, or writes ``commit``). Once the listener has committed it prints
-``DECIDED <tid> <state>`` and hangs, so no END_TRANSACTION is ever sent: the parent kills it there. Checks that
-reach this dying process are answered UNKNOWN (``CHECK <tid> UNKNOW sender``).
+``python localtx_child.py send NAMESRV GROUP TOPICS DB GRACE BODY WHEN``: sends one transaction with a message
+BODY-<i> to each topic of TOPICS (comma-separated; one topic: ``send_message_in_transaction``, several: one
+``producer.transaction``). The local transaction inserts the bodies into ``orders`` and, through
+``DatabaseTransactionListener``, the transaction's row of ``txmq_transactions``. With WHEN=inside it prints
+``IN_TX <tid>`` before the database commit and waits for a line on stdin (the parent kills it there, or writes
+``commit``). Once the listener has committed it prints ``DECIDED <tid> <state>`` and hangs, so no END_TRANSACTION
+is ever sent: the parent kills it there. Checks that reach this dying process are answered UNKNOWN
+(``CHECK <tid> UNKNOW sender``).
 
 ``python localtx_child.py check NAMESRV GROUP DB GRACE``: another instance of the same producer group; it sends
 nothing and answers checks from the table, printing ``CHECK <tid> <state> checker`` for each. DB is a spec for
@@ -31,8 +33,9 @@ def say(line: str) -> None:
 
 
 def insert_order(when: str) -> Any:
-    def work(conn: Any, message: Message, arg: Any) -> None:
-        conn.cursor().execute(f"INSERT INTO orders (body) VALUES ('{message.body.decode()}')")
+    def work(conn: Any, message: Any, arg: Any) -> None:
+        for m in getattr(message, "messages", [message]):  # a transaction of several messages, or one message
+            conn.cursor().execute(f"INSERT INTO orders (body) VALUES ('{m.body.decode()}')")
         if when == "inside":
             say(f"IN_TX {message.transaction_id}")
             sys.stdin.readline()
@@ -61,7 +64,7 @@ class Checker(DatabaseTransactionListener):
 
 async def main(role: str, args: list[str]) -> None:
     if role == "send":
-        namesrv, group, topic, db, grace, body, when = args
+        namesrv, group, topics, db, grace, body, when = args
     else:
         namesrv, group, db, grace = args
     log = LocalTransactionLog(grace_period=float(grace))
@@ -72,7 +75,13 @@ async def main(role: str, args: list[str]) -> None:
     async with TransactionProducer(group, namesrv, listener, instance_name=f"{role}-child", **FAST) as producer:
         say("READY")
         if role == "send":
-            await producer.send_message_in_transaction(Message(topic, body.encode(), keys=[body]))
+            messages = [Message(t, f"{body}-{i}".encode()) for i, t in enumerate(topics.split(","))]
+            if len(messages) == 1:
+                await producer.send_message_in_transaction(messages[0])
+            else:
+                async with producer.transaction() as tx:
+                    for m in messages:
+                        await tx.send(m)
         await asyncio.Event().wait()
 
 

@@ -125,12 +125,29 @@ async def test_producer_killed_between_db_commit_and_end_transaction(txmq_cluste
     tid = (await sender.line("DECIDED")).split()[1]
     assert (await sender.line("DECIDED")).split()[2] == "COMMIT_MESSAGE"  # the database committed
     sender.kill()  # before END_TRANSACTION
-    assert query(db, "SELECT body FROM orders") == [(body,)]
+    assert query(db, "SELECT body FROM orders") == [(f"{body}-0",)]
     checker = children("check", ns, group, db, LONG_GRACE)  # a second instance of the service
     detail = await decided(ns, tid, "COMMITTED")
     assert detail["resolvedBy"] == "check"
     assert f"CHECK {tid} COMMIT_MESSAGE checker" in checker.lines
-    assert Counter(m.body for m in await read_topic(ns, topic)) == {body.encode(): 1}
+    assert Counter(m.body for m in await read_topic(ns, topic)) == {f"{body}-0".encode(): 1}
+
+
+async def test_several_messages_committed_by_a_check_from_one_row(txmq_cluster: Any, db: str, children: Any) -> None:
+    """A transaction of three messages on two topics (``producer.transaction``) is one row; the producer dies
+    between its database commit and END_TRANSACTION, and one check of another instance commits all three."""
+    ns = txmq_cluster.namesrv_addr
+    topics, group, body = [await make_topic(ns), await make_topic(ns)], unique("LTX"), unique("order")
+    sent = ",".join([topics[0], topics[1], topics[0]])
+    sender = children("send", ns, group, sent, db, LONG_GRACE, body, "after")
+    tid = (await sender.line("DECIDED")).split()[1]
+    sender.kill()
+    assert query(db, "SELECT transaction_id FROM txmq_transactions") == [(tid,)]
+    checker = children("check", ns, group, db, LONG_GRACE)
+    assert (await decided(ns, tid, "COMMITTED"))["resolvedBy"] == "check"
+    assert f"CHECK {tid} COMMIT_MESSAGE checker" in checker.lines
+    delivered = Counter(m.body for m in [*await read_topic(ns, topics[0]), *await read_topic(ns, topics[1])])
+    assert delivered == {f"{body}-{i}".encode(): 1 for i in range(3)}
 
 
 async def test_producer_killed_before_db_commit(txmq_cluster: Any, db: str, children: Any) -> None:
@@ -165,7 +182,7 @@ async def test_slow_commit_is_unknown_then_committed_by_a_check(txmq_cluster: An
     assert detail["resolvedBy"] == "check"
     assert "ROLLBACK" not in {entry["answer"] for entry in detail["checkLog"]}
     sender.kill()
-    assert Counter(m.body for m in await read_topic(ns, topic)) == {body.encode(): 1}
+    assert Counter(m.body for m in await read_topic(ns, topic)) == {f"{body}-0".encode(): 1}
 
 
 def test_blocking_producer_commits_with_its_row_and_rolls_back_a_declined_order(txmq_cluster: Any, db: str) -> None:

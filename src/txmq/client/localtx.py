@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from txmq.client.transaction import LocalTransactionState
+from txmq.client.local_state import LocalTransactionState
 from txmq.clock import SYSTEM_CLOCK, Clock
 from txmq.errors import MQClientError
 from txmq.protocol.record import Prop
@@ -43,9 +43,10 @@ class LocalTransactionTooSlow(MQClientError):
 
 
 def transaction_id_of(message: Any) -> str:
-    """The transaction id the producer saw (``TRANSACTION_ID``, set on send and on every check), else the UNIQ_KEY.
+    """The transaction id the producer saw, of a message (``TRANSACTION_ID``, set on send and on every check, else the
+    UNIQ_KEY) or of a transaction of several messages (``Transaction.transaction_id``, which its check carries).
 
-    Everything in the table is keyed by it, so a transaction of several messages, which shares one id, is one row.
+    Everything in the table is keyed by it: a transaction of several messages is one row.
     """
     tid = getattr(message, "transaction_id", None) or getattr(message, "uniq_key", None)
     if not tid:
@@ -54,7 +55,9 @@ def transaction_id_of(message: Any) -> str:
 
 
 def _group_of(message: Any) -> str:
-    group = message.properties.get(Prop.PGROUP)
+    """The producer group (PGROUP) of a message, or of the first message of a transaction of several."""
+    first = message.messages[0] if getattr(message, "messages", None) else message
+    group = getattr(first, "properties", {}).get(Prop.PGROUP)
     if not group:
         raise MQClientError(f"{message!r} carries no producer group (PGROUP): was it sent by a TransactionProducer?")
     return str(group)
@@ -245,7 +248,10 @@ class DatabaseTransactionListener:
     followed by :meth:`LocalTransactionLog.prune`.
 
     Plain methods: ``TransactionProducer`` (asyncio) runs them in threads, ``txmq.client.sync.TransactionProducer``
-    runs ``execute_local_transaction`` in the sending thread. Connections must not be in autocommit mode.
+    runs ``execute_local_transaction`` in the sending thread. Connections must not be in autocommit mode. For a
+    transaction of several messages (``producer.transaction(arg)``) ``work`` gets the ``Transaction`` (its
+    ``messages``) and one row records it; the deadline then counts from the end of its block, so the block itself
+    must take well under half the grace period (checks measure from its first message).
     """
 
     def __init__(
