@@ -200,7 +200,9 @@ def test_blocking_producer_commits_with_its_row_and_rolls_back_a_declined_order(
     with sync.TransactionProducer(unique("LTX"), ns, listener, instance_name=unique("p")) as producer:
         ok = producer.send_message_in_transaction(Message(topic, b"ok"), {"declined": False})
         no = producer.send_message_in_transaction(Message(topic, b"no"), {"declined": True})
-    assert (ok.local_transaction_state, no.local_transaction_state) == (C, R)
+        assert (ok.local_transaction_state, no.local_transaction_state) == (C, R)
+        for result, state in ((ok, "COMMITTED"), (no, "ROLLED_BACK")):
+            assert asyncio.run(decided(ns, result.transaction_id, state))["resolvedBy"] == "producer"
     assert query(db, "SELECT body FROM orders") == [("ok",)]
     assert query(db, "SELECT transaction_id FROM txmq_transactions") == [(ok.transaction_id,)]
     assert Counter(m.body for m in asyncio.run(read_topic(ns, topic))) == {b"ok": 1}

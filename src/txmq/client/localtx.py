@@ -100,7 +100,8 @@ class LocalTransactionLog:
     # -- the table ----------------------------------------------------------------------------------------------
 
     def create_table(self, conn: Connection) -> None:
-        """Create the table and its index unless the table is there, and commit."""
+        """Create the table and its index unless the table is there. It ends ``conn``'s open transaction (commit or
+        rollback), so call it before the local transaction, not inside it."""
         cur = conn.cursor()
         try:
             # Probe first: an existing table needs no DDL (no write lock in SQLite, no CREATE right in PostgreSQL).
