@@ -280,8 +280,20 @@ def test_listener_refuses_autocommit_connections(db: str, tmp_path: Path, clock:
 
         opener = lambda: psycopg.connect(db.partition(":")[2], autocommit=True)  # noqa: E731
     lst = DatabaseTransactionListener(opener, insert_order, tx_log(clock))
-    with pytest.raises(MQClientError, match="hold transactions"):
-        lst.execute_local_transaction(sent(tid()), {"id": 5})
+    t = tid()
+    assert lst.execute_local_transaction(sent(t), {"id": 5}) == R  # nothing written: the message never goes out
+    with pytest.raises(MQClientError, match="hold transactions"):  # a check raising is UNKNOWN: asked again later
+        lst.check_local_transaction(checked(t, clock.now_ms()))
+
+
+def test_listener_rolls_back_when_the_database_cannot_be_reached(clock: FakeClock) -> None:
+    def unreachable() -> Any:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    lst = DatabaseTransactionListener(unreachable, insert_order, tx_log(clock))
+    assert lst.execute_local_transaction(sent(tid()), {"id": 6}) == R
+    with pytest.raises(sqlite3.OperationalError):
+        lst.check_local_transaction(checked(tid(), clock.now_ms()))
 
 
 def test_listener_prunes_on_its_schedule(db: str, clock: FakeClock) -> None:

@@ -242,9 +242,10 @@ class DatabaseTransactionListener:
     ``work(conn, message, arg)`` does the application's writes with ``conn`` (from ``connect()``, closed with
     ``close(conn)``, by default ``conn.close()``) and does not commit. The listener writes the row, commits and
     answers COMMIT. An exception from ``work``, or from the row's insert, rolls the database transaction back and
-    answers ROLLBACK. So does reaching the commit once half of ``log.grace_period`` has passed since the local
-    transaction began (:class:`LocalTransactionTooSlow`), since a check may roll it back from the full grace period
-    on. A failed COMMIT statement answers UNKNOWN: the check reads the table. Checks are answered from the table by
+    answers ROLLBACK, as does a connection that cannot be opened or is in autocommit mode. So does reaching the
+    commit once half of ``log.grace_period`` has passed since the local transaction began
+    (:class:`LocalTransactionTooSlow`), since a check may roll it back from the full grace period on. A failed
+    COMMIT statement answers UNKNOWN: the check reads the table. Checks are answered from the table by
     :meth:`LocalTransactionLog.check`. Every ``prune_interval`` seconds (None: never) a successful transaction is
     followed by :meth:`LocalTransactionLog.prune`.
 
@@ -277,7 +278,11 @@ class DatabaseTransactionListener:
         clock = self.log.clock
         began = clock.monotonic()
         tid = transaction_id_of(message)
-        conn = self._open()
+        try:
+            conn = self._open()
+        except Exception as exc:  # nothing was written: the message must not go out
+            log.warning("local transaction %s rolled back: no usable database connection: %r", tid, exc)
+            return LocalTransactionState.ROLLBACK
         try:
             try:
                 self.log.record(conn, tid, _group_of(message))
