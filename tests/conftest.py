@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cluster_harness import DevCluster, ExtraBroker
+from db_harness import PostgresServer, postgres_bin_dir
 
 # A short retry table so that retry and DLQ tests take seconds.
 TEST_BROKER_CONF = {
@@ -59,3 +62,26 @@ def add_broker(tmp_path: Path) -> Iterator[object]:
     yield add
     for broker in made:
         broker.kill()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A private PostgreSQL server for the session, started on first use. Without the PostgreSQL binaries or psycopg
+    the tests that need it skip, unless TXMQ_REQUIRE_POSTGRES=1 (as in .ci/run) makes that a failure."""
+    bin_dir = postgres_bin_dir()
+    missing = "PostgreSQL binaries (initdb, pg_ctl)" if bin_dir is None else None
+    if importlib.util.find_spec("psycopg") is None:
+        missing = "psycopg (pip install -e '.[postgres]')"
+    if missing or bin_dir is None:
+        if os.environ.get("TXMQ_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"TXMQ_REQUIRE_POSTGRES=1 but {missing} is not installed")
+        pytest.skip(f"{missing} not installed")
+    server = PostgresServer(bin_dir).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_db(postgres_server: PostgresServer) -> str:
+    """The conninfo of a new, empty database on the session's PostgreSQL server."""
+    return postgres_server.create_database()

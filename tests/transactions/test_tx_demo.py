@@ -24,8 +24,11 @@ def test_demo_orders_reconciles_with_zero_inconsistencies() -> None:
     assert "order 9527: committed in the database -> COMMIT" in out
     # Each scripted path happened: declined orders, crashes after and before the DB commit, both check answers.
     assert "declined; database rolled back -> ROLLBACK" in out
-    assert re.search(r"check-back for order \d+: found in the database -> COMMIT", out)
-    assert re.search(r"check-back for order \d+: not found in the database -> ROLLBACK", out)
+    # Check-backs read txmq_transactions: a missing row is UNKNOWN during the grace period, ROLLBACK after it.
+    assert re.search(r"check-back for order \d+: found in txmq_transactions -> COMMIT", out)
+    assert re.search(r"check-back for order \d+: not in txmq_transactions, within the grace period -> UNKNOWN", out)
+    assert re.search(r"check-back for order \d+: not in txmq_transactions after the grace period -> ROLLBACK", out)
+    assert re.search(r"rows in txmq_transactions\s+22\n", out)
     delivered = int(re.search(r"messages delivered\s+(\d+)", out).group(1))
     committed = int(re.search(r"committed in the database\s+(\d+)", out).group(1))
     assert delivered == committed == 22

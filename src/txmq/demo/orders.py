@@ -1,14 +1,16 @@
 """``txmq demo orders``: the seeds' motivating example, an order service that publishes "order created" exactly when
 its database insert commits.
 
-Each order is inserted into an SQLite ``orders`` table inside the local transaction of a transactional message:
+Each order is inserted into an SQLite ``orders`` table inside the local transaction of a transactional message,
+together with its row in ``txmq_transactions`` (:mod:`txmq.client.localtx`), which is what check-backs read:
 
 * most orders commit, and the message is committed with them;
 * some fail (payment declined): the insert is rolled back, and so is the message, which nobody ever sees;
 * some "crash" between the database commit and END_TRANSACTION (the listener commits, then answers UNKNOWN, as a
-  process dying at that moment would leave it): the broker checks back, the check finds the order in the database,
-  and the message is committed then;
-* a few "crash" before the database commit: the check finds no order, and the message is rolled back.
+  process dying at that moment would leave it): the broker checks back, the check finds the row, and the message is
+  committed then;
+* a few "crash" before the database commit: the check finds no row; it answers UNKNOWN during the grace period
+  (the commit might still be on its way), then ROLLBACK.
 
 A consumer builds the downstream view (a ``shipments`` table, one row per delivery). At the end the demo reconciles
 the two tables: every committed order delivered once, nothing extra, nothing missing.
@@ -38,8 +40,10 @@ from txmq.client import (
     PushConsumer,
     TransactionProducer,
 )
+from txmq.client.localtx import DatabaseTransactionListener, LocalTransactionLog
 
 FIRST_ORDER = 9527
+GRACE_PERIOD = 3.0  # seconds; the embedded broker checks every second
 Out = Callable[[str], None]
 
 
@@ -65,52 +69,48 @@ class OrderDatabase:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        with self._connect() as db:
+        with contextlib.closing(self.connect()) as db, db:
             db.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, item TEXT, amount INTEGER)")
             db.execute("CREATE TABLE IF NOT EXISTS shipments (order_id INTEGER, msg_id TEXT)")
 
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=30, isolation_level=None)
+    def connect(self) -> sqlite3.Connection:
+        # IMMEDIATE: a transaction takes the write lock at its first write, so concurrent writers wait, never fail.
+        return sqlite3.connect(self.path, timeout=30, isolation_level="IMMEDIATE")
 
-    def create_order(self, order_id: int, item: str, amount: int) -> None:
-        """Insert the order in one database transaction; a declined payment rolls it back."""
-        db = self._connect()
-        try:
-            db.execute("BEGIN")
-            db.execute("INSERT INTO orders (id, item, amount) VALUES (?, ?, ?)", (order_id, item, amount))
-            if outcome_of(order_id) == "declined":
-                raise PaymentDeclined(f"payment for order {order_id} declined")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        finally:
-            db.close()
-
-    def has_order(self, order_id: int) -> bool:
-        with contextlib.closing(self._connect()) as db:
-            return db.execute("SELECT 1 FROM orders WHERE id = ?", (order_id,)).fetchone() is not None
+    def insert_order(self, conn: sqlite3.Connection, message: Message, order: dict[str, Any]) -> None:
+        """The business write of the local transaction (the listener commits it); a declined payment raises."""
+        conn.execute(
+            "INSERT INTO orders (id, item, amount) VALUES (?, ?, ?)", (order["id"], order["item"], order["amount"])
+        )
+        if outcome_of(order["id"]) == "declined":
+            raise PaymentDeclined(f"payment for order {order['id']} declined")
 
     def record_shipment(self, order_id: int, msg_id: str) -> None:
-        with contextlib.closing(self._connect()) as db:
+        with contextlib.closing(self.connect()) as db, db:
             db.execute("INSERT INTO shipments (order_id, msg_id) VALUES (?, ?)", (order_id, msg_id))
 
+    def count(self, table: str) -> int:
+        with contextlib.closing(self.connect()) as db:
+            return int(db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
     def order_ids(self) -> set[int]:
-        with contextlib.closing(self._connect()) as db:
+        with contextlib.closing(self.connect()) as db:
             return {row[0] for row in db.execute("SELECT id FROM orders")}
 
     def shipments(self) -> Counter[int]:
-        with contextlib.closing(self._connect()) as db:
+        with contextlib.closing(self.connect()) as db:
             return Counter(row[0] for row in db.execute("SELECT order_id FROM shipments"))
 
 
-class OrderListener:
-    """The transaction listener of the order service."""
+class OrderListener(DatabaseTransactionListener):
+    """The order service's transaction listener: the order and its ``txmq_transactions`` row are written in one
+    database transaction, and check-backs read that table (:mod:`txmq.client.localtx`). The scripted crashes
+    answer UNKNOWN as a process dying at that moment would leave it."""
 
-    def __init__(self, db: OrderDatabase, out: Out) -> None:
-        self.db = db
+    def __init__(self, db: OrderDatabase, out: Out, grace_period: float) -> None:
+        super().__init__(db.connect, db.insert_order, LocalTransactionLog(grace_period=grace_period))
         self.out = out
-        self.checks: list[int] = []
+        self.checks: dict[int, LocalTransactionState] = {}  # order -> the last answer to a check
         self.lock = threading.Lock()
 
     def execute_local_transaction(self, message: Message, order: dict[str, Any]) -> LocalTransactionState:
@@ -118,27 +118,35 @@ class OrderListener:
         if outcome_of(order_id) == "lost":
             self.out(f"  order {order_id}: the service 'crashed' before its database commit")
             return LocalTransactionState.UNKNOWN
-        try:
-            self.db.create_order(order_id, order["item"], order["amount"])
-        except PaymentDeclined as exc:
-            self.out(f"  order {order_id}: {exc}; database rolled back -> ROLLBACK")
-            return LocalTransactionState.ROLLBACK
-        if outcome_of(order_id) == "crash":
+        state = super().execute_local_transaction(message, order)
+        if state is LocalTransactionState.ROLLBACK:
+            self.out(f"  order {order_id}: payment declined; database rolled back -> ROLLBACK")
+        elif outcome_of(order_id) == "crash":
             self.out(
                 f"  order {order_id}: committed in the database, then the service 'crashed' before END_TRANSACTION"
             )
             return LocalTransactionState.UNKNOWN
-        self.out(f"  order {order_id}: committed in the database -> COMMIT")
-        return LocalTransactionState.COMMIT
+        else:
+            self.out(f"  order {order_id}: committed in the database -> COMMIT")
+        return state
 
     def check_local_transaction(self, message: MessageExt) -> LocalTransactionState:
         order_id = int(message.keys[0])
-        found = self.db.has_order(order_id)
+        state = super().check_local_transaction(message)
         with self.lock:
-            self.checks.append(order_id)
-        verdict = "COMMIT" if found else "ROLLBACK"
-        self.out(f"  check-back for order {order_id}: {'found' if found else 'not found'} in the database -> {verdict}")
-        return LocalTransactionState.COMMIT if found else LocalTransactionState.ROLLBACK
+            self.checks[order_id] = state
+        seen = {
+            LocalTransactionState.COMMIT: "found in txmq_transactions -> COMMIT",
+            LocalTransactionState.UNKNOWN: "not in txmq_transactions, within the grace period -> UNKNOWN",
+            LocalTransactionState.ROLLBACK: "not in txmq_transactions after the grace period -> ROLLBACK",
+        }[state]
+        self.out(f"  check-back for order {order_id}: {seen}")
+        return state
+
+    def settled(self, lost: set[int]) -> bool:
+        """Every order lost before its commit has been rolled back by a check."""
+        with self.lock:
+            return all(self.checks.get(o) is LocalTransactionState.ROLLBACK for o in lost)
 
 
 @dataclass
@@ -146,7 +154,8 @@ class Reconciliation:
     orders: set[int]
     delivered: Counter[int]
     declined: set[int]
-    checked: list[int] = field(default_factory=list)
+    checked: dict[int, LocalTransactionState] = field(default_factory=dict)
+    recorded: int = 0  # rows in txmq_transactions
 
     @property
     def missing(self) -> set[int]:
@@ -160,9 +169,14 @@ class Reconciliation:
     def duplicated(self) -> set[int]:
         return {o for o, n in self.delivered.items() if n > 1}
 
+    def answered(self, state: LocalTransactionState) -> int:
+        """Orders whose last check-back answer was ``state``."""
+        return sum(1 for s in self.checked.values() if s is state)
+
     @property
     def inconsistencies(self) -> int:
-        return len(self.missing) + len(self.extra) + len(self.duplicated)
+        unrecorded = abs(self.recorded - len(self.orders))  # a row exactly for each committed order
+        return len(self.missing) + len(self.extra) + len(self.duplicated) + unrecorded
 
 
 @contextlib.asynccontextmanager
@@ -237,7 +251,7 @@ async def run_orders(namesrv: str, work_dir: Path, count: int, out: Out, timeout
     consumer.subscribe(topic, "OrderCreated")
     consumer.register_listener(ship)
     await consumer.start()
-    listener = OrderListener(db, out)
+    listener = OrderListener(db, out, GRACE_PERIOD)
     producer = TransactionProducer(
         f"DemoOrderService_{run}", namesrv, listener, instance_name=f"demo-orders-{run}", heartbeat_interval=2.0
     )
@@ -253,18 +267,19 @@ async def run_orders(namesrv: str, work_dir: Path, count: int, out: Out, timeout
             if result.local_transaction_state is LocalTransactionState.ROLLBACK:
                 declined.add(order_id)
         committed = db.order_ids()
+        lost = {o for o in range(FIRST_ORDER, FIRST_ORDER + count) if outcome_of(o) == "lost"}
         out(f"waiting for delivery of {len(committed)} committed orders (in-doubt ones wait for a check-back)...")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while set(db.shipments()) < committed and loop.time() < deadline:
+        while not (set(db.shipments()) >= committed and listener.settled(lost)) and loop.time() < deadline:
             await asyncio.sleep(0.1)
         await asyncio.sleep(1.0)  # room for a duplicate or a stray message to arrive, if there were one
     finally:
         await producer.shutdown()
         await consumer.shutdown()
     with listener.lock:
-        checked = list(listener.checks)
-    return Reconciliation(db.order_ids(), db.shipments(), declined, checked)
+        checked = dict(listener.checks)
+    return Reconciliation(db.order_ids(), db.shipments(), declined, checked, db.count("txmq_transactions"))
 
 
 def report(rec: Reconciliation, count: int, out: Out) -> None:
@@ -273,9 +288,10 @@ def report(rec: Reconciliation, count: int, out: Out) -> None:
     rows = [
         ("orders placed", count),
         ("declined, rolled back", len(rec.declined)),
-        ("lost before the DB commit", f"{len(set(rec.checked) - rec.orders)} (rolled back by check-back)"),
+        ("lost before the DB commit", f"{rec.answered(LocalTransactionState.ROLLBACK)} (rolled back by check-back)"),
         ("committed in the database", len(rec.orders)),
-        ("  of which by check-back", len(set(rec.checked) & rec.orders)),
+        ("  of which by check-back", rec.answered(LocalTransactionState.COMMIT)),
+        ("rows in txmq_transactions", rec.recorded),
         ("messages delivered", sum(rec.delivered.values())),
         ("missing (in DB, not delivered)", sorted(rec.missing) or 0),
         ("extra (delivered, not in DB)", sorted(rec.extra) or 0),
