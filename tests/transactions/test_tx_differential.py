@@ -31,7 +31,7 @@ from txmq.protocol.codes import RequestCode, ResponseCode, TxmqRequestCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import EndTransactionRequestHeader, PullMessageRequestHeader, SendMessageRequestHeader
 from txmq.protocol.record import TransactionType, decode_offset_msg_id, decode_record, decode_records, encode_properties
-from txmq.testing import InProcessBroker
+from txmq.testing import InProcessBroker, aeventually
 
 GOLDEN = Path(__file__).with_name("golden") / "tx_differential.json"
 RECORD = os.environ.get("TXMQ_RECORD_TX_GOLDEN") == "1"
@@ -135,11 +135,15 @@ class Driver:
         return RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext(), oneway=oneway)
 
     async def settle_oneway(self, i: int, before: Any) -> None:
-        """A oneway END has no answer: wait until the transaction shows its effect (or plainly has none)."""
+        """A oneway END has no answer: wait until the transaction shows its effect (or plainly has none) and no
+        decision is still being stored (a check's answer shows in the history before its decision is stored)."""
+        assert self.h.broker is not None
+        transactions = self.h.broker.transactions
         for _ in range(40):
             await asyncio.sleep(0.005)
             if (await self.show(i)) != before:
-                return
+                break
+        await aeventually(lambda: not transactions.busy, "the oneway decision stored", interval=0.002)
         await self.h.wait_idle()
 
     async def show(self, i: int) -> Any:
