@@ -83,6 +83,7 @@ async def load(producer: TransactionProducer, topics: tuple[str, str], acked: se
     await asyncio.gather(*(one(n) for n in range(IN_FLIGHT)))
 
 
+@pytest.mark.timeout(max(300, 15 * TRIALS))
 async def test_kill_9_under_a_load_of_several_message_transactions(make_cluster: Any) -> None:
     cluster = make_cluster(name="several")
     ns = cluster.namesrv_addr
