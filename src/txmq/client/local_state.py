@@ -68,6 +68,21 @@ class TransactionSendResult(SendResult):
     def send_status(self) -> SendStatus:
         return self.status
 
+    @classmethod
+    def of(cls, half: SendResult, state: LocalTransactionState, transaction_id: str | None) -> TransactionSendResult:
+        """The result of a transaction whose (first) half message was sent with ``half``, ended in ``state``."""
+        return cls(
+            status=half.status,
+            msg_id=half.msg_id,
+            offset_msg_id=half.offset_msg_id,
+            message_queue=half.message_queue,
+            queue_offset=half.queue_offset,
+            transaction_id=transaction_id,
+            region_id=half.region_id,
+            trace_on=half.trace_on,
+            local_transaction_state=state,
+        )
+
 
 def coerce_state(value: Any, what: str) -> LocalTransactionState:
     """A listener's return value as a state; anything unrecognisable is UNKNOWN (logged)."""

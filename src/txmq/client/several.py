@@ -129,17 +129,7 @@ class Transaction:
         addr, cmd = producer._end_command(first, state, error, oneway=False, messages=len(self.results))
         timeout = producer.send_msg_timeout if self.timeout is None else self.timeout
         response = await producer.instance.invoke(addr, cmd, timeout)
-        self.result = TransactionSendResult(
-            status=first.status,
-            msg_id=first.msg_id,
-            offset_msg_id=first.offset_msg_id,
-            message_queue=first.message_queue,
-            queue_offset=first.queue_offset,
-            transaction_id=self.transaction_id,
-            region_id=first.region_id,
-            trace_on=first.trace_on,
-            local_transaction_state=state,
-        )
+        self.result = TransactionSendResult.of(first, state, self.transaction_id)
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(
                 f"END_TRANSACTION {state.name} of transaction {self.transaction_id} refused by the broker: "

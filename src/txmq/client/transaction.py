@@ -189,17 +189,7 @@ class TransactionProducer(Producer):
         error: BaseException | None = None,
     ) -> TransactionSendResult:
         """Step 3: send END_TRANSACTION (oneway) to the broker holding the half message; failures are logged only."""
-        out = TransactionSendResult(
-            status=result.status,
-            msg_id=result.msg_id,
-            offset_msg_id=result.offset_msg_id,
-            message_queue=result.message_queue,
-            queue_offset=result.queue_offset,
-            transaction_id=result.msg_id,
-            region_id=result.region_id,
-            trace_on=result.trace_on,
-            local_transaction_state=state,
-        )
+        out = TransactionSendResult.of(result, state, result.msg_id)
         try:
             addr, cmd = self._end_command(result, state, error, oneway=True)
             await self.instance.invoke_oneway(addr, cmd)
