@@ -57,7 +57,7 @@ final class Transactions {
 
     private static void checked(MessageExt m, String answer) {
         Out.event("checked", Clients.concat(Clients.seen(m), "transactionId", m.getTransactionId(),
-            "uniqKey", m.getProperty("UNIQ_KEY"), "answer", answer));
+            "uniqKey", m.getProperty("UNIQ_KEY"), "answer", answer, "checkedAt", System.currentTimeMillis()));
     }
 
     /**

@@ -1,9 +1,9 @@
 """Apache RocketMQ itself, the reference broker txmq is compared with (issue 24): fetch, start, stop.
 
-    python bench/peers/rocketmq/rocketmq.py fetch
-    python bench/peers/rocketmq/rocketmq.py start --dir /tmp/rmq [--namesrv-port 9876] [--broker-port 10911]
+    python bench/peers/rocketmq/apache_rocketmq.py fetch
+    python bench/peers/rocketmq/apache_rocketmq.py start --dir /tmp/rmq [--namesrv-port 9876] [--broker-port 10911]
                                                   [--flush SYNC_FLUSH|ASYNC_FLUSH] [--proxy] [-c broker.conf]
-    python bench/peers/rocketmq/rocketmq.py stop --dir /tmp/rmq
+    python bench/peers/rocketmq/apache_rocketmq.py stop --dir /tmp/rmq
 
 `fetch` copies the pinned release (pom.xml beside this file) with its dependencies into target/lib (git-ignored) with
 Maven; a registry that cannot be reached fails it. `start` runs the name server and the broker (or, with --proxy,
