@@ -117,12 +117,12 @@ def request(addr: str, code: int, ext: dict[str, str], body: bytes = b"", sign: 
                     return {"code": None, "remark": "connection closed"}
                 frames = decoder.feed(chunk)
                 if frames:
-                    return {"code": frames[0].code, "remark": frames[0].remark}
+                    return {"code": frames[0].code, "remark": frames[0].remark, "ext": frames[0].ext_fields}
         except TimeoutError:
             return {"code": None, "remark": "no response in 10 s"}
 
 
-def send_ext(topic: str, group: str = "RefPG", properties: str = "") -> dict[str, str]:
+def send_ext(topic: str, group: str = "RefPG", properties: str = "", sys_flag: int = 0) -> dict[str, str]:
     """SEND_MESSAGE (10) headers, long names, as a 4.x client sends them."""
     return {
         "producerGroup": group,
@@ -130,7 +130,7 @@ def send_ext(topic: str, group: str = "RefPG", properties: str = "") -> dict[str
         "defaultTopic": "TBW102",
         "defaultTopicQueueNums": "4",
         "queueId": "0",
-        "sysFlag": "0",
+        "sysFlag": str(sys_flag),
         "bornTimestamp": str(int(time.time() * 1000)),
         "flag": "0",
         "properties": properties or "UNIQ_KEY\x01ref0001\x02WAIT\x01true\x02",
@@ -140,16 +140,32 @@ def send_ext(topic: str, group: str = "RefPG", properties: str = "") -> dict[str
     }
 
 
-def end_transaction_ext(commit_log_offset: int, queue_offset: int = 0) -> dict[str, str]:
-    """END_TRANSACTION (37) COMMIT for a half message said to be at ``commit_log_offset``."""
+def half_ext(topic: str, uniq_key: str, group: str = "RefTxPG") -> dict[str, str]:
+    """SEND_MESSAGE of a half message: TRAN_MSG and PGROUP set, sysFlag TRANSACTION_PREPARED_TYPE (4)."""
+    properties = f"TRAN_MSG\x01true\x02PGROUP\x01{group}\x02UNIQ_KEY\x01{uniq_key}\x02WAIT\x01true\x02"
+    return send_ext(topic, group, properties, sys_flag=4)
+
+
+def commit_log_offset(send_answer: dict) -> int:
+    """The commit-log offset in a SEND_MESSAGE answer's offsetMsgId (address, then the offset: 8 bytes, hex)."""
+    return int(send_answer["ext"]["msgId"][-16:], 16)
+
+
+COMMIT, ROLLBACK = 8, 12  # TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
+
+
+def end_transaction_ext(
+    commit_log_offset: int, queue_offset: int = 0, decision: int = COMMIT, transaction_id: str = "ref-none"
+) -> dict[str, str]:
+    """END_TRANSACTION (37) for a half message said to be at ``commit_log_offset``."""
     return {
         "producerGroup": "RefTxPG",
         "tranStateTableOffset": str(queue_offset),
         "commitLogOffset": str(commit_log_offset),
-        "commitOrRollback": "8",  # TRANSACTION_COMMIT_TYPE
+        "commitOrRollback": str(decision),
         "fromTransactionCheck": "false",
-        "msgId": "7F00000100002A9F0000000000000000",
-        "transactionId": "ref-no-such-transaction",
+        "msgId": transaction_id,
+        "transactionId": transaction_id,
     }
 
 

@@ -7,13 +7,14 @@ does not explain. ``TXMQ_REFERENCE=quick|full|off`` and ``TXMQ_REFERENCE_BROKERS
 from __future__ import annotations
 
 import collections
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from txmq.client.sync import Admin
+from txmq.client.sync import Admin, PullConsumer
 from txmq.testing import eventually
 
 from . import reference as ref
@@ -32,6 +33,15 @@ EARLY_CHECKS = (
     "check asks about transactions the producer already ended; txmq never checks an ended transaction"
 )
 TRAN_MSG = "RocketMQ 5.5.0's committed copy still carries TRAN_MSG=true; txmq's does not"
+SECOND_DECISION = (
+    "txmq refuses a decision that contradicts the recorded one and answers a repeated one without a second copy; "
+    "RocketMQ applies every END_TRANSACTION it gets, without looking for an earlier decision: a ROLLBACK after a "
+    "COMMIT is answered OK and a second COMMIT stores a second copy"
+)
+DELAY = (
+    "RocketMQ 5.5.0 (its defaults) leaves DELAY on the delivered copy; 4.x's ScheduleMessageService removes it, "
+    "and so does txmq"
+)
 ACL_CODE = "RocketMQ 5.x answers ACL 2.0's NO_PERMISSION (16); txmq keeps 4.x ACL's SYSTEM_ERROR (1)"
 
 
@@ -154,6 +164,56 @@ def test_an_unknown_transaction_is_checked_again_and_again(clusters: dict[str, A
     compare("transactions: a transaction that stays unknown", clusters, observe, report_only=report_only)
 
 
+def test_a_second_conflicting_decision(clusters: dict[str, Any]) -> None:
+    """Raw requests: a half message, END_TRANSACTION COMMIT, then ROLLBACK for the same half, then COMMIT again;
+    what each answer says and how many copies a consumer can read."""
+
+    def observe(cluster: Any) -> dict[str, Any]:
+        topic = _name("RefTwice")
+        create_topics(cluster, topic)
+        broker, uniq = cluster.broker_addr, uuid.uuid4().hex.upper()
+        half = eventually(lambda: _sent(ref.request(broker, 10, ref.half_ext(topic, uniq), b"twice")), "a half")
+        at = (ref.commit_log_offset(half), int(half["ext"]["queueOffset"]))
+        answers = {
+            "COMMIT": ref.request(broker, 37, ref.end_transaction_ext(*at, ref.COMMIT, uniq)),
+            "then ROLLBACK": ref.request(broker, 37, ref.end_transaction_ext(*at, ref.ROLLBACK, uniq)),
+            "then COMMIT again": ref.request(broker, 37, ref.end_transaction_ext(*at, ref.COMMIT, uniq)),
+        }
+        seen: dict[str, Any] = {f"{what}: code": a["code"] for what, a in answers.items()}
+        seen.update({f"{what}: remark": a["remark"] for what, a in answers.items()})
+        seen["copies a consumer reads"] = len(pull_all(cluster, topic, settle=2.0))
+        return seen
+
+    differences = {
+        "then COMMIT again: code": SECOND_DECISION,
+        "then COMMIT again: remark": SECOND_DECISION,
+        "then ROLLBACK: code": SECOND_DECISION,
+        "then ROLLBACK: remark": SECOND_DECISION,
+        "copies a consumer reads": SECOND_DECISION,
+    }
+    compare("transactions: a second, conflicting decision", clusters, observe, differences)
+
+
+def _sent(answer: dict) -> dict | None:
+    return answer if answer["code"] == 0 else None
+
+
+def pull_all(cluster: Any, topic: str, settle: float = 0.0) -> list[Any]:
+    """Every message of ``topic`` from offset 0, read with txmq's pull consumer (after ``settle`` seconds)."""
+    time.sleep(settle)
+    messages = []
+    with PullConsumer(_name("RefReader"), cluster.namesrv_addr) as reader:
+        for mq in reader.fetch_queues(topic):
+            offset = 0
+            while True:
+                result = reader.pull(mq, "*", offset, 32)
+                if not result.messages:
+                    break
+                messages += result.messages
+                offset = result.next_begin_offset
+    return messages
+
+
 # -- bad requests ----------------------------------------------------------------------------------------------------
 
 
@@ -240,3 +300,95 @@ def test_acl_refusals(tmp_path_factory: pytest.TempPathFactory) -> None:
     finally:
         for cluster in acl_clusters.values():
             ref.stop(cluster)
+
+
+# -- the other Java scenarios (TXMQ_REFERENCE=full) ----------------------------------------------------------------
+
+
+def produce(cluster: Any, topic: str, count: int, *extra: str) -> list[dict]:
+    events = run_java("v4", "produce", "--namesrv", cluster.namesrv_addr, "--topic", topic, "--count", str(count),
+                      *extra)  # fmt: skip
+    return named(events, "sent")
+
+
+@full_only
+def test_retries_then_dead_letters(clusters: dict[str, Any]) -> None:
+    """RECONSUME_LATER for one body with maxReconsumeTimes 2: the attempts and their reconsumeTimes, then the DLQ."""
+
+    def observe(cluster: Any) -> dict[str, Any]:
+        topic, group = _name("RefRetry"), _name("RefRetryCG")
+        create_topics(cluster, topic)
+        produce(cluster, topic, 3)
+        received = consume(cluster, topic, 5, "--fail-body", "m-1", "--max-reconsume", "2", group=group)
+        dlq = eventually(lambda: pull_all(cluster, f"%DLQ%{group}"), "a dead letter", timeout=30, interval=1.0)
+        return {
+            "delivered": counts(received),
+            "reconsumeTimes of the failing body": [e["reconsumeTimes"] for e in received if e["body"] == "m-1"],
+            "dead letters": sorted(m.body.decode() for m in dlq),
+        }
+
+    compare("retries, then the DLQ", clusters, observe)
+
+
+@full_only
+def test_orderly_consumer_order_within_each_queue(clusters: dict[str, Any]) -> None:
+    """24 messages over 4 orders (MessageQueueSelector): the queue of each order and the order within each queue
+    as an orderly listener saw it."""
+
+    def observe(cluster: Any) -> dict[str, Any]:
+        topic = _name("RefOrder")
+        create_topics(cluster, topic)
+        sent = produce(cluster, topic, 24, "--mode", "orderly", "--orders", "4")
+        received = consume(cluster, topic, 24, "--listener", "orderly")
+        per_queue: dict[int, list[str]] = collections.defaultdict(list)
+        for e in received:
+            per_queue[e["queueId"]].append(e["body"])
+        return {
+            "queue of each order": dict(sorted({e["order"]: e["queueId"] for e in sent}.items())),
+            "order within each queue": dict(sorted(per_queue.items())),
+            "delivered": counts(received),
+        }
+
+    compare("orderly", clusters, observe)
+
+
+@full_only
+def test_delay_levels(clusters: dict[str, Any]) -> None:
+    """Delay level 2 (1 s in both brokers' messageDelayLevel): delivered once, after the delay."""
+
+    def observe(cluster: Any) -> dict[str, Any]:
+        topic = _name("RefDelay")
+        create_topics(cluster, topic)
+        produce(cluster, topic, 3, "--delay-level", "2")
+        received = consume(cluster, topic, 3)
+        delays = [e["storeTimestamp"] - e["bornTimestamp"] for e in received]
+        return {
+            "delivered": counts(received),
+            "stored at least 900 ms after birth": all(d >= 900 for d in delays),
+            "store - born (ms)": sorted(delays),
+            "DELAY property kept": sorted({e["properties"].get("DELAY") for e in received}),
+        }
+
+    compare("delay levels", clusters, observe, {"DELAY property kept": DELAY}, report_only={"store - born (ms)"})
+
+
+@full_only
+def test_tag_and_sql92_filters(clusters: dict[str, Any]) -> None:
+    """A tag expression and two SQL92 selectors over the same messages."""
+
+    def observe(cluster: Any) -> dict[str, Any]:
+        topic = _name("RefFilter")
+        create_topics(cluster, topic)
+        produce(cluster, topic, 10, "--tag", "TagA", "--prop", "a={i}", "--prop", "region=eu")
+        produce(cluster, topic, 4, "--tag", "TagB", "--prop", "a={i}", "--prop", "region=us", "--body-prefix", "us-")
+        return {
+            "tags TagB": counts(consume(cluster, topic, 4, "--tags", "TagB")),
+            "sql a > 5 AND region = 'eu' AND TAGS IN ('TagA')": counts(
+                consume(cluster, topic, 4, "--sql", "a > 5 AND region = 'eu' AND TAGS IN ('TagA')")
+            ),
+            "sql region = 'us' AND a BETWEEN 1 AND 3": counts(
+                consume(cluster, topic, 3, "--sql", "region = 'us' AND a BETWEEN 1 AND 3")
+            ),
+        }
+
+    compare("tag and SQL92 filters", clusters, observe)
