@@ -35,6 +35,9 @@ public final class Main {
             case "lite-pull":
                 Consume.litePull(a);
                 break;
+            case "bench":
+                Bench.run(a);
+                break;
             case "seed004":
                 // Only in the 4.x build (src/legacy): its API was removed from the 5.x client.
                 Class<?> legacy = Class.forName("txmq.compat.Seed004");

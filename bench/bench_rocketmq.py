@@ -1,0 +1,208 @@
+"""txmq side by side with Apache RocketMQ 5.5.0 (issue 24), in one run on one machine, with one load generator.
+
+Brokers: ``txmq dev`` (its defaults: SYNC_FLUSH), RocketMQ SYNC_FLUSH and RocketMQ ASYNC_FLUSH (its default, for
+reference), all on loopback with their data in one temporary folder on the same disk. The load comes from the Java
+client (rocketmq-client 4.9.8) in one JVM per window: ``txmq.compat.Main bench`` in tests/compat/java (Bench.java).
+
+Per round and broker, windows alternate broker by broker (txmq, RocketMQ SYNC, RocketMQ ASYNC, txmq, ...):
+publish of 1 KiB bodies with 1 and 128 sending threads, transactions (half + no-op local transaction + COMMIT) with
+16, the consume rate (a push consumer reading the x128 window's topic from its first offset), and end-to-end
+latency (paced async sends, a push consumer in the same JVM) at half of that broker's publish x128 rate in the
+round. Around each window the broker process's CPU time (utime + stime) and RSS are read from /proc: txmq's is the
+``txmq dev`` process (name server and broker in one), RocketMQ's the broker JVM alone. Medians over the rounds, and
+txmq / RocketMQ SYNC ratios, are printed as a Markdown table; every window goes to bench/out/rocketmq-*.jsonl.
+
+Not a test: it prints figures and asserts nothing.
+
+    .venv/bin/python bench/bench_rocketmq.py [--seconds 10] [--rounds 3] [--broker-heap 1g]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.append(str(ROOT / "bench" / "peers" / "rocketmq"))
+
+import apache_rocketmq  # noqa: E402
+
+from cluster_harness import DevCluster  # noqa: E402
+from compat.java_client import JAVA_DIR, _built  # noqa: E402
+from txmq.client.sync import Admin  # noqa: E402
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+# The load generator gets a full JIT and a heap that does not make it the bottleneck.
+LOADGEN_JVM = ["-Xms1g", "-Xmx1g", "-XX:+UseParallelGC"]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+def rss_mib(pid: int) -> float:
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
+
+
+def load(namesrv: str, *args: str, timeout: float = 300) -> dict[str, Any]:
+    """One load-generator JVM; its "result" event."""
+    _built()
+    out = JAVA_DIR / "target" / "v4"
+    log_root = tempfile.mkdtemp(prefix="txmq-bench-java-")
+    cmd = ["java", *LOADGEN_JVM, f"-Drocketmq.client.logRoot={log_root}", f"-Duser.home={log_root}"]
+    cmd += ["-Drocketmq.client.logLevel=ERROR", "-cp", f"{out / 'classes'}{os.pathsep}{out / 'lib'}/*"]
+    cmd += ["txmq.compat.Main", "bench", "--namesrv", namesrv, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            if event.get("event") == "result":
+                return event
+    raise RuntimeError(f"no result from {' '.join(args)}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
+class Broker:
+    def __init__(self, name: str, cluster: Any, pid: int) -> None:
+        self.name, self.cluster, self.pid = name, cluster, pid
+
+    def create_topic(self, topic: str) -> None:
+        with Admin(self.cluster.namesrv_addr) as admin:
+            admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=4, write_queue_nums=4)
+
+    def window(self, *args: str) -> dict[str, Any]:
+        cpu0, children0 = cpu_seconds(self.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
+        result = load(self.cluster.namesrv_addr, *args)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        result["brokerCpuSeconds"] = cpu_seconds(self.pid) - cpu0
+        # The load generator's JVM: on two cores its share says whether it, not the broker, set the pace.
+        result["loadgenCpuSeconds"] = (children.ru_utime + children.ru_stime) - (
+            children0.ru_utime + children0.ru_stime
+        )
+        result["brokerRssMiB"] = rss_mib(self.pid)
+        if result.get("count"):
+            result["cpuMicrosPerMessage"] = result["brokerCpuSeconds"] / result["count"] * 1e6
+        return result
+
+
+def start_brokers(base: Path, heap: str) -> list[Broker]:
+    txmq = DevCluster(base / "txmq", {}).start()
+    assert txmq.proc is not None
+    brokers = [Broker("txmq", txmq, txmq.proc.pid)]
+    for flush in ("SYNC_FLUSH", "ASYNC_FLUSH"):
+        rmq = apache_rocketmq.RocketMQCluster(base / f"rocketmq-{flush}", flush=flush, broker_heap=heap).start()
+        brokers.append(Broker(f"RocketMQ {flush.split('_')[0]}", rmq, rmq.procs["broker"].pid))
+    return brokers
+
+
+def run_round(brokers: list[Broker], r: int, seconds: int, record: Any) -> None:
+    secs = str(seconds)
+    peak: dict[str, float] = {}
+    plans = [
+        ("publish x1", lambda b, t: b.window("--mode", "publish", "--topic", t, "--group", t, "--inflight", "1",
+                                             "--seconds", secs)),
+        ("publish x128", lambda b, t: b.window("--mode", "publish", "--topic", t, "--group", t, "--inflight", "128",
+                                               "--seconds", secs)),
+        ("tx x16", lambda b, t: b.window("--mode", "tx", "--topic", t, "--group", t, "--inflight", "16",
+                                         "--seconds", secs)),
+    ]  # fmt: skip
+    for measure, run in plans:
+        for b in brokers:
+            topic = f"Bench_{measure.replace(' ', '_')}_{r}"
+            b.create_topic(topic)
+            result = run(b, topic)
+            record(b, measure, r, result)
+            if measure == "publish x128":
+                peak[b.name] = result["rate"]
+    for b in brokers:
+        source = f"Bench_publish_x128_{r}"
+        with Admin(b.cluster.namesrv_addr) as admin:
+            stored = sum(t.max_offset - t.min_offset for t in admin.topic_stats(source).values())
+        result = b.window("--mode", "consume", "--topic", source, "--group", f"BenchCG_{r}", "--expect", str(stored))
+        record(b, "consume", r, result)
+    for b in brokers:
+        topic = f"Bench_latency_{r}"
+        b.create_topic(topic)
+        rate = f"{peak[b.name] / 2:.0f}"
+        result = b.window("--mode", "latency", "--topic", topic, "--group", topic, "--rate", rate, "--seconds", secs)
+        record(b, "e2e at half of peak", r, result)
+
+
+def summarize(rows: list[dict[str, Any]], names: list[str]) -> str:
+    def med(broker: str, measure: str, key: str) -> float | None:
+        values = [row[key] for row in rows if row["broker"] == broker and row["measure"] == measure and key in row]
+        return statistics.median(values) if values else None
+
+    lines = [
+        "| measure | " + " | ".join(names) + " | txmq / RocketMQ SYNC |",
+        "|---" * (len(names) + 2) + "|",
+    ]
+
+    def line(label: str, measure: str, key: str, fmt: str, ratio: bool = True) -> None:
+        values = [med(n, measure, key) for n in names]
+        cells = ["" if v is None else format(v, fmt) for v in values]
+        r = f"{values[0] / values[1]:.2f}" if ratio and values[0] and values[1] else ""
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {r} |")
+
+    for measure in ("publish x1", "publish x128", "tx x16", "consume"):
+        line(f"{measure} (msg/s)", measure, "rate", ",.0f")
+    line("e2e p50 at half of peak (ms)", "e2e at half of peak", "p50", ".0f")
+    line("e2e p99 at half of peak (ms)", "e2e at half of peak", "p99", ".0f")
+    for measure in ("publish x128", "tx x16"):
+        line(f"broker CPU per message, {measure} (us)", measure, "cpuMicrosPerMessage", ".0f")
+    for measure in ("publish x128", "tx x16"):
+        line(f"load generator CPU, {measure} (s per window)", measure, "loadgenCpuSeconds", ".1f", ratio=False)
+    line("broker RSS after publish x128 (MiB)", "publish x128", "brokerRssMiB", ".0f")
+    line("broker RSS at the end (MiB)", "e2e at half of peak", "brokerRssMiB", ".0f")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=int, default=10, help="length of each publish and tx window")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--broker-heap", default=apache_rocketmq.BROKER_HEAP, help="RocketMQ broker's -Xms/-Xmx")
+    parser.add_argument("--dir", type=Path, default=None, help="data folder (default: a temporary one)")
+    args = parser.parse_args()
+    base = args.dir or Path(tempfile.mkdtemp(prefix="txmq-bench-rocketmq-"))
+    out = ROOT / "bench" / "out" / f"rocketmq-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+
+    def record(b: Broker, measure: str, r: int, result: dict[str, Any]) -> None:
+        row = {"broker": b.name, "measure": measure, "round": r, **result}
+        rows.append(row)
+        with out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        shown = {k: round(v, 2) if isinstance(v, float) else v for k, v in result.items() if k != "event"}
+        print(f"round {r} {b.name:15} {measure:20} {shown}", flush=True)
+
+    brokers = start_brokers(base, args.broker_heap)
+    try:
+        for b in brokers:  # JIT and page-cache warm-up, not recorded
+            b.create_topic("Bench_warmup")
+            load(b.cluster.namesrv_addr, "--mode", "publish", "--topic", "Bench_warmup", "--group", "Bench_warmup",
+                 "--inflight", "128", "--seconds", str(args.seconds))  # fmt: skip
+        for r in range(args.rounds):
+            run_round(brokers, r, args.seconds, record)
+    finally:
+        for b in brokers:
+            b.cluster.stop()
+    print(f"\nwindows: {out}\n")
+    print(summarize(rows, [b.name for b in brokers]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+package txmq.compat;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.LongAdder;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
+import org.apache.rocketmq.client.producer.SendCallback;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
+
+/**
+ * The load generator of bench/bench_rocketmq.py: one JVM, many threads, the same for every broker. Prints one
+ * "result" event per run. --mode publish|tx|consume|latency, --inflight threads, --seconds, --size body bytes.
+ * A tx window (half message, a no-op local transaction answering COMMIT, END_TRANSACTION) ends only when every
+ * committed copy is in the topic (the sum of its queues' max offsets), since END_TRANSACTION is oneway.
+ */
+final class Bench {
+    private Bench() {
+    }
+
+    static void run(Args a) throws Exception {
+        switch (a.need("mode")) {
+            case "publish":
+                publish(a, false);
+                break;
+            case "tx":
+                publish(a, true);
+                break;
+            case "consume":
+                consume(a);
+                break;
+            case "latency":
+                latency(a);
+                break;
+            default:
+                throw new IllegalArgumentException("unknown --mode " + a.get("mode", ""));
+        }
+    }
+
+    private static byte[] body(Args a) {
+        byte[] b = new byte[a.integer("size", 1024)];
+        Arrays.fill(b, (byte) 'x');
+        return b;
+    }
+
+    private static long stored(DefaultMQProducer p, String topic) throws Exception {
+        long total = 0;
+        for (MessageQueue mq : p.fetchPublishMessageQueues(topic)) {
+            total += p.maxOffset(mq);
+        }
+        return total;
+    }
+
+    static void publish(Args a, boolean transactional) throws Exception {
+        String topic = a.need("topic");
+        int threads = a.integer("inflight", 1);
+        long seconds = a.longer("seconds", 10);
+        byte[] body = body(a);
+        DefaultMQProducer p;
+        if (transactional) {
+            TransactionMQProducer tp = new TransactionMQProducer(a.need("group"));
+            tp.setTransactionListener(new TransactionListener() {
+                @Override
+                public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                    return LocalTransactionState.COMMIT_MESSAGE;
+                }
+
+                @Override
+                public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+                    return LocalTransactionState.COMMIT_MESSAGE;
+                }
+            });
+            p = tp;
+        } else {
+            p = new DefaultMQProducer(a.need("group"));
+        }
+        p.setNamesrvAddr(a.need("namesrv"));
+        p.setSendMsgTimeout(10000);
+        p.setCompressMsgBodyOverHowmuch(Integer.MAX_VALUE);
+        p.start();
+        // Warm-up: routes, connections, JIT.
+        for (int i = 0; i < 200; i++) {
+            send(p, new Message(topic, body), transactional);
+        }
+        long before = stored(p, topic);
+        LongAdder done = new LongAdder();
+        LongAdder failed = new LongAdder();
+        long start = System.nanoTime();
+        long end = start + seconds * 1_000_000_000L;
+        List<Thread> workers = new ArrayList<>();
+        for (int t = 0; t < threads; t++) {
+            Thread w = new Thread(() -> {
+                while (System.nanoTime() < end) {
+                    try {
+                        send(p, new Message(topic, body), transactional);
+                        done.increment();
+                    } catch (Exception e) {
+                        failed.increment();
+                    }
+                }
+            });
+            w.start();
+            workers.add(w);
+        }
+        for (Thread w : workers) {
+            w.join();
+        }
+        long sentAt = System.nanoTime();
+        long expected = before + done.sum();
+        if (transactional) {
+            while (stored(p, topic) < expected && System.nanoTime() - sentAt < 30_000_000_000L) {
+                Thread.sleep(5);
+            }
+        }
+        long finished = System.nanoTime();
+        double elapsed = (finished - start) / 1e9;
+        Out.event("result", "mode", transactional ? "tx" : "publish", "inflight", threads, "count", done.sum(),
+            "failed", failed.sum(), "seconds", elapsed, "rate", done.sum() / elapsed,
+            "storedAfterSeconds", (finished - sentAt) / 1e9, "stored", stored(p, topic) - before);
+        p.shutdown();
+    }
+
+    private static void send(DefaultMQProducer p, Message m, boolean transactional) throws Exception {
+        SendResult r = transactional ? p.sendMessageInTransaction(m, null) : p.send(m);
+        if (r.getSendStatus() != org.apache.rocketmq.client.producer.SendStatus.SEND_OK) {
+            throw new IllegalStateException(r.getSendStatus().name());
+        }
+    }
+
+    private static DefaultMQPushConsumer consumer(Args a, MessageListenerConcurrently listener) throws Exception {
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(a.need("group"));
+        c.setNamesrvAddr(a.need("namesrv"));
+        c.subscribe(a.need("topic"), "*");
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setPullBatchSize(32);
+        c.setConsumeMessageBatchMaxSize(32);
+        c.registerMessageListener(listener);
+        return c;
+    }
+
+    /** Reads --expect messages of a filled topic from its first offset; the rate from the first to the last. */
+    static void consume(Args a) throws Exception {
+        long expect = a.longer("expect", 1);
+        LongAdder got = new LongAdder();
+        AtomicLong first = new AtomicLong();
+        CountDownLatch all = new CountDownLatch(1);
+        DefaultMQPushConsumer c = consumer(a, (msgs, ctx) -> {
+            first.compareAndSet(0, System.nanoTime());
+            got.add(msgs.size());
+            if (got.sum() >= expect) {
+                all.countDown();
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        boolean complete = all.await(a.longer("timeout", 120), java.util.concurrent.TimeUnit.SECONDS);
+        double elapsed = (System.nanoTime() - first.get()) / 1e9;
+        Out.event("result", "mode", "consume", "count", got.sum(), "complete", complete, "seconds", elapsed,
+            "rate", got.sum() / elapsed);
+        c.shutdown();
+    }
+
+    /**
+     * --rate messages per second, paced, sent async from one thread, for --seconds; a push consumer in this JVM
+     * notes now - bornTimestamp for each (one clock). The first second is warm-up and left out.
+     */
+    static void latency(Args a) throws Exception {
+        String topic = a.need("topic");
+        double rate = Double.parseDouble(a.need("rate"));
+        long seconds = a.longer("seconds", 10);
+        byte[] body = body(a);
+        long[] samples = new long[(int) (rate * (seconds + 5)) + 1024];
+        AtomicLong n = new AtomicLong();
+        long measureFrom = System.currentTimeMillis() + 3000;
+        DefaultMQPushConsumer c = consumer(a, (msgs, ctx) -> {
+            long now = System.currentTimeMillis();
+            for (MessageExt m : msgs) {
+                if (m.getBornTimestamp() >= measureFrom) {
+                    long i = n.getAndIncrement();
+                    if (i < samples.length) {
+                        samples[(int) i] = now - m.getBornTimestamp();
+                    }
+                }
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        DefaultMQProducer p = new DefaultMQProducer(a.need("group") + "_P");
+        p.setNamesrvAddr(a.need("namesrv"));
+        p.setSendMsgTimeout(10000);
+        p.start();
+        LongAdder failed = new LongAdder();
+        SendCallback callback = new SendCallback() {
+            @Override
+            public void onSuccess(SendResult r) {
+            }
+
+            @Override
+            public void onException(Throwable e) {
+                failed.increment();
+            }
+        };
+        Thread.sleep(Math.max(0, measureFrom - 2000 - System.currentTimeMillis()));
+        long start = System.nanoTime();
+        long total = (long) (rate * (seconds + 2));
+        for (long i = 0; i < total; i++) {
+            long due = start + (long) (i * 1e9 / rate);
+            long wait = due - System.nanoTime();
+            if (wait > 0) {
+                Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
+            }
+            p.send(new Message(topic, body), callback);
+        }
+        Thread.sleep(3000);
+        int count = (int) Math.min(n.get(), samples.length);
+        long[] seen = Arrays.copyOf(samples, count);
+        Arrays.sort(seen);
+        Out.event("result", "mode", "latency", "rate", rate, "count", count, "failed", failed.sum(),
+            "p50", count == 0 ? -1 : seen[count / 2], "p99", count == 0 ? -1 : seen[(int) (count * 0.99)],
+            "max", count == 0 ? -1 : seen[count - 1]);
+        p.shutdown();
+        c.shutdown();
+    }
+}
