@@ -4,13 +4,14 @@ Brokers: ``txmq dev`` (its defaults: SYNC_FLUSH), RocketMQ SYNC_FLUSH and Rocket
 reference), all on loopback with their data in one temporary folder on the same disk. The load comes from the Java
 client (rocketmq-client 4.9.8) in one JVM per window: ``txmq.compat.Main bench`` in tests/compat/java (Bench.java).
 
-Per round and broker, windows alternate broker by broker (txmq, RocketMQ SYNC, RocketMQ ASYNC, txmq, ...):
-publish of 1 KiB bodies with 1 and 128 sending threads, transactions (half + no-op local transaction + COMMIT) with
-16, the consume rate (a push consumer reading the x128 window's topic from its first offset), and end-to-end
-latency (paced async sends, a push consumer in the same JVM) at half of that broker's publish x128 rate in the
-round. Around each window the broker process's CPU time (utime + stime) and RSS are read from /proc: txmq's is the
-``txmq dev`` process (name server and broker in one), RocketMQ's the broker JVM alone. Medians over the rounds, and
-txmq / RocketMQ SYNC ratios, are printed as a Markdown table; every window goes to bench/out/rocketmq-*.jsonl.
+Per round, the windows alternate broker by broker (txmq, RocketMQ SYNC, RocketMQ ASYNC, txmq, ...), and the brokers
+not measured are paused (SIGSTOP): publish of 1 KiB bodies with 1 and 128 sending threads; transactions (half + a
+no-op local transaction + COMMIT) with 16; the consume rate (a push consumer reading the x128 window's topic from
+its first offset); end-to-end latency (sync sends paced over 64 threads, a push consumer in the same JVM) at half of
+the broker's publish x128 rate in that round. Around each window the broker's CPU time (utime + stime) and memory
+are read from /proc: txmq's is the ``txmq dev`` process (name server and broker in one), RocketMQ's the broker JVM
+alone. Medians over the rounds and txmq / RocketMQ SYNC ratios are printed as a Markdown table; every window goes to
+bench/out/rocketmq-*.jsonl.
 
 Not a test: it prints figures and asserts nothing.
 
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -40,9 +42,9 @@ import apache_rocketmq  # noqa: E402
 from cluster_harness import DevCluster  # noqa: E402
 from compat.java_client import JAVA_DIR, _built  # noqa: E402
 from txmq.client.sync import Admin  # noqa: E402
+from txmq.testing import eventually  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 # The load generator gets a full JIT and a heap that does not make it the bottleneck.
 LOADGEN_JVM = ["-Xms1g", "-Xmx1g", "-XX:+UseParallelGC"]
 
@@ -52,8 +54,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
-def rss_mib(pid: int) -> float:
-    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
+def memory_mib(pid: int) -> dict[str, float]:
+    """RSS and its parts: anonymous memory (heaps) and file pages (a store that maps its files counts those)."""
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {f"broker{key}MiB": int(status[key].split()[0]) / 1024 for key in ("VmRSS", "RssAnon", "RssFile", "VmHWM")}
 
 
 def load(namesrv: str, *args: str, timeout: float = 300) -> dict[str, Any]:
@@ -74,14 +78,41 @@ def load(namesrv: str, *args: str, timeout: float = 300) -> dict[str, Any]:
 
 
 class Broker:
-    def __init__(self, name: str, cluster: Any, pid: int) -> None:
-        self.name, self.cluster, self.pid = name, cluster, pid
+    """One broker under test. Its processes are paused (SIGSTOP) while another broker's window runs, so that an
+    idle broker's background work (RocketMQ's services after a load) costs the measured one nothing."""
+
+    def __init__(self, name: str, cluster: Any, pid: int, groups: list[int]) -> None:
+        self.name, self.cluster, self.pid, self.groups = name, cluster, pid, groups
+        self.stored_by_publish: dict[int, int] = {}
+
+    def pause(self) -> None:
+        for group in self.groups:
+            os.killpg(group, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for group in self.groups:
+            os.killpg(group, signal.SIGCONT)
+        time.sleep(1.0)  # let timers that fired while paused run before the window
 
     def create_topic(self, topic: str) -> None:
-        with Admin(self.cluster.namesrv_addr) as admin:
-            admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=4, write_queue_nums=4)
+        def create() -> bool:
+            with Admin(self.cluster.namesrv_addr) as admin:
+                admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=4, write_queue_nums=4)
+            return True
 
-    def window(self, *args: str) -> dict[str, Any]:
+        eventually(create, f"topic {topic} on {self.name}", timeout=30, interval=1.0, retry_on=(Exception,))
+
+    def window(self, *args: str, topic: str | None = None) -> dict[str, Any]:
+        """One load-generator run while this broker alone runs (``topic`` is created first)."""
+        self.resume()
+        try:
+            if topic:
+                self.create_topic(topic)
+            return self._measure(*args)
+        finally:
+            self.pause()
+
+    def _measure(self, *args: str) -> dict[str, Any]:
         cpu0, children0 = cpu_seconds(self.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
         result = load(self.cluster.namesrv_addr, *args)
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -90,7 +121,7 @@ class Broker:
         result["loadgenCpuSeconds"] = (children.ru_utime + children.ru_stime) - (
             children0.ru_utime + children0.ru_stime
         )
-        result["brokerRssMiB"] = rss_mib(self.pid)
+        result.update(memory_mib(self.pid))
         if result.get("count"):
             result["cpuMicrosPerMessage"] = result["brokerCpuSeconds"] / result["count"] * 1e6
         return result
@@ -99,43 +130,38 @@ class Broker:
 def start_brokers(base: Path, heap: str) -> list[Broker]:
     txmq = DevCluster(base / "txmq", {}).start()
     assert txmq.proc is not None
-    brokers = [Broker("txmq", txmq, txmq.proc.pid)]
+    brokers = [Broker("txmq", txmq, txmq.proc.pid, [txmq.proc.pid])]
     for flush in ("SYNC_FLUSH", "ASYNC_FLUSH"):
         rmq = apache_rocketmq.RocketMQCluster(base / f"rocketmq-{flush}", flush=flush, broker_heap=heap).start()
-        brokers.append(Broker(f"RocketMQ {flush.split('_')[0]}", rmq, rmq.procs["broker"].pid))
+        pids = rmq.pids()
+        brokers.append(Broker(f"RocketMQ {flush.split('_')[0]}", rmq, pids["broker"], list(pids.values())))
+    for b in brokers:
+        b.pause()
     return brokers
 
 
 def run_round(brokers: list[Broker], r: int, seconds: int, record: Any) -> None:
     secs = str(seconds)
     peak: dict[str, float] = {}
-    plans = [
-        ("publish x1", lambda b, t: b.window("--mode", "publish", "--topic", t, "--group", t, "--inflight", "1",
-                                             "--seconds", secs)),
-        ("publish x128", lambda b, t: b.window("--mode", "publish", "--topic", t, "--group", t, "--inflight", "128",
-                                               "--seconds", secs)),
-        ("tx x16", lambda b, t: b.window("--mode", "tx", "--topic", t, "--group", t, "--inflight", "16",
-                                         "--seconds", secs)),
-    ]  # fmt: skip
-    for measure, run in plans:
+    plans = [("publish x1", "publish", "1"), ("publish x128", "publish", "128"), ("tx x16", "tx", "16")]
+    for measure, mode, inflight in plans:
         for b in brokers:
-            topic = f"Bench_{measure.replace(' ', '_')}_{r}"
-            b.create_topic(topic)
-            result = run(b, topic)
+            t = f"Bench_{measure.replace(' ', '_')}_{r}"
+            args = ("--mode", mode, "--topic", t, "--group", t, "--inflight", inflight, "--seconds", secs)
+            result = b.window(*args, topic=t)
             record(b, measure, r, result)
             if measure == "publish x128":
                 peak[b.name] = result["rate"]
+                b.stored_by_publish[r] = result["stored"] + 200  # and the warm-up sends
     for b in brokers:
         source = f"Bench_publish_x128_{r}"
-        with Admin(b.cluster.namesrv_addr) as admin:
-            stored = sum(t.max_offset - t.min_offset for t in admin.topic_stats(source).values())
-        result = b.window("--mode", "consume", "--topic", source, "--group", f"BenchCG_{r}", "--expect", str(stored))
+        expect = str(b.stored_by_publish[r])
+        result = b.window("--mode", "consume", "--topic", source, "--group", f"BenchCG_{r}", "--expect", expect)
         record(b, "consume", r, result)
     for b in brokers:
-        topic = f"Bench_latency_{r}"
-        b.create_topic(topic)
+        t = f"Bench_latency_{r}"
         rate = f"{peak[b.name] / 2:.0f}"
-        result = b.window("--mode", "latency", "--topic", topic, "--group", topic, "--rate", rate, "--seconds", secs)
+        result = b.window("--mode", "latency", "--topic", t, "--group", t, "--rate", rate, "--seconds", secs, topic=t)
         record(b, "e2e at half of peak", r, result)
 
 
@@ -163,8 +189,10 @@ def summarize(rows: list[dict[str, Any]], names: list[str]) -> str:
         line(f"broker CPU per message, {measure} (us)", measure, "cpuMicrosPerMessage", ".0f")
     for measure in ("publish x128", "tx x16"):
         line(f"load generator CPU, {measure} (s per window)", measure, "loadgenCpuSeconds", ".1f", ratio=False)
-    line("broker RSS after publish x128 (MiB)", "publish x128", "brokerRssMiB", ".0f")
-    line("broker RSS at the end (MiB)", "e2e at half of peak", "brokerRssMiB", ".0f")
+    line("broker RSS after publish x128 (MiB)", "publish x128", "brokerVmRSSMiB", ".0f")
+    line("  of which anonymous (heap)", "publish x128", "brokerRssAnonMiB", ".0f")
+    line("  of which file pages (mapped store)", "publish x128", "brokerRssFileMiB", ".0f")
+    line("broker peak RSS at the end (VmHWM, MiB)", "e2e at half of peak", "brokerVmHWMMiB", ".0f")
     return "\n".join(lines)
 
 
@@ -188,16 +216,17 @@ def main() -> int:
         shown = {k: round(v, 2) if isinstance(v, float) else v for k, v in result.items() if k != "event"}
         print(f"round {r} {b.name:15} {measure:20} {shown}", flush=True)
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the brokers on the way out
     brokers = start_brokers(base, args.broker_heap)
     try:
         for b in brokers:  # JIT and page-cache warm-up, not recorded
-            b.create_topic("Bench_warmup")
-            load(b.cluster.namesrv_addr, "--mode", "publish", "--topic", "Bench_warmup", "--group", "Bench_warmup",
-                 "--inflight", "128", "--seconds", str(args.seconds))  # fmt: skip
+            t = "Bench_warmup"
+            b.window("--mode", "publish", "--topic", t, "--group", t, "--inflight", "128", "--seconds", "10", topic=t)
         for r in range(args.rounds):
             run_round(brokers, r, args.seconds, record)
     finally:
         for b in brokers:
+            b.resume()
             b.cluster.stop()
     print(f"\nwindows: {out}\n")
     print(summarize(rows, [b.name for b in brokers]))
