@@ -5,17 +5,18 @@ reference), all on loopback with their data in one temporary folder on the same 
 client (rocketmq-client 4.9.8) in one JVM per window: ``txmq.compat.Main bench`` in tests/compat/java (Bench.java).
 
 Per round, the windows alternate broker by broker (txmq, RocketMQ SYNC, RocketMQ ASYNC, txmq, ...), and the brokers
-not measured are paused (SIGSTOP): publish of 1 KiB bodies with 1 and 128 sending threads; transactions (half + a
-no-op local transaction + COMMIT) with 16; the consume rate (a push consumer reading the x128 window's topic from
-its first offset); end-to-end latency (sync sends paced over 64 threads, a push consumer in the same JVM) at half of
-the broker's publish x128 rate in that round. Around each window the broker's CPU time (utime + stime) and memory
-are read from /proc: txmq's is the ``txmq dev`` process (name server and broker in one), RocketMQ's the broker JVM
-alone. Medians over the rounds and txmq / RocketMQ SYNC ratios are printed as a Markdown table; every window goes to
-bench/out/rocketmq-*.jsonl.
+not measured are paused (SIGSTOP). Publish of 1 KiB bodies with 1 and 128 sending threads; transactions (half + a
+no-op local transaction + COMMIT) with 16, on a second instance of each broker; the consume rate (a push consumer
+reading the x128 window's topic from its first offset); end-to-end latency (sync sends paced over 64 threads, a push
+consumer in the same JVM) at half of the broker's publish x128 rate in that round. Around each window the broker's
+CPU time (utime + stime) and memory are read from /proc: txmq's is the ``txmq dev`` process (name server and broker
+in one), RocketMQ's the broker JVM alone. Medians over the rounds and txmq / RocketMQ SYNC ratios are printed as a
+Markdown table; every window goes to bench/out/rocketmq-*.jsonl. ``--profile-txmq DIR`` samples txmq with py-spy
+during round 0's publish x128 and tx x16 windows and prints where the time goes.
 
 Not a test: it prints figures and asserts nothing.
 
-    .venv/bin/python bench/bench_rocketmq.py [--seconds 10] [--rounds 3] [--broker-heap 1g]
+    .venv/bin/python bench/bench_rocketmq.py [--seconds 10] [--rounds 3] [--broker-heap 1g] [--profile-txmq DIR]
 """
 
 from __future__ import annotations
@@ -102,13 +103,23 @@ class Broker:
 
         eventually(create, f"topic {topic} on {self.name}", timeout=30, interval=1.0, retry_on=(Exception,))
 
-    def window(self, *args: str, topic: str | None = None) -> dict[str, Any]:
-        """One load-generator run while this broker alone runs (``topic`` is created first)."""
+    def window(self, *args: str, topic: str | None = None, profile: Path | None = None) -> dict[str, Any]:
+        """One load-generator run while this broker alone runs (``topic`` is created first); ``profile``: py-spy
+        samples the broker meanwhile into that file (collapsed stacks)."""
         self.resume()
         try:
             if topic:
                 self.create_topic(topic)
-            return self._measure(*args)
+            spy = None
+            if profile is not None:
+                cmd = [os.environ.get("PY_SPY", "py-spy"), "record", "-p", str(self.pid), "-r", "200", "-f", "raw"]
+                spy = subprocess.Popen([*cmd, "-o", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            try:
+                return self._measure(*args)
+            finally:
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    spy.wait(60)
         finally:
             self.pause()
 
@@ -127,29 +138,37 @@ class Broker:
         return result
 
 
-def start_brokers(base: Path, heap: str) -> list[Broker]:
-    txmq = DevCluster(base / "txmq", {}).start()
+def start_brokers(base: Path, heap: str, kind: str) -> list[Broker]:
+    """txmq, RocketMQ SYNC_FLUSH and ASYNC_FLUSH, each started and paused. ``kind`` names the data folders."""
+    txmq = DevCluster(base / f"txmq-{kind}", {}).start()
     assert txmq.proc is not None
     brokers = [Broker("txmq", txmq, txmq.proc.pid, [txmq.proc.pid])]
     for flush in ("SYNC_FLUSH", "ASYNC_FLUSH"):
-        rmq = apache_rocketmq.RocketMQCluster(base / f"rocketmq-{flush}", flush=flush, broker_heap=heap).start()
-        pids = rmq.pids()
+        rmq = apache_rocketmq.RocketMQCluster(base / f"rocketmq-{flush}-{kind}", flush=flush, broker_heap=heap)
+        pids = rmq.start().pids()
         brokers.append(Broker(f"RocketMQ {flush.split('_')[0]}", rmq, pids["broker"], list(pids.values())))
     for b in brokers:
         b.pause()
     return brokers
 
 
-def run_round(brokers: list[Broker], r: int, seconds: int, record: Any) -> None:
+def run_round(
+    brokers: list[Broker], tx_brokers: list[Broker], r: int, seconds: int, record: Any, profile_dir: Path | None
+) -> None:
     secs = str(seconds)
     peak: dict[str, float] = {}
     plans = [("publish x1", "publish", "1"), ("publish x128", "publish", "128"), ("tx x16", "tx", "16")]
     for measure, mode, inflight in plans:
-        for b in brokers:
+        for b in tx_brokers if mode == "tx" else brokers:
             t = f"Bench_{measure.replace(' ', '_')}_{r}"
             args = ("--mode", mode, "--topic", t, "--group", t, "--inflight", inflight, "--seconds", secs)
-            result = b.window(*args, topic=t)
+            profile = None
+            if profile_dir is not None and r == 0 and b.name == "txmq" and inflight != "1":
+                profile = profile_dir / f"txmq-{measure.replace(' ', '_')}.collapsed"
+            result = b.window(*args, topic=t, profile=profile)
             record(b, measure, r, result)
+            if profile is not None:
+                print(hot_spots(profile), flush=True)
             if measure == "publish x128":
                 peak[b.name] = result["rate"]
                 b.stored_by_publish[r] = result["stored"] + 200  # and the warm-up sends
@@ -163,6 +182,35 @@ def run_round(brokers: list[Broker], r: int, seconds: int, record: Any) -> None:
         rate = f"{peak[b.name] / 2:.0f}"
         result = b.window("--mode", "latency", "--topic", t, "--group", t, "--rate", rate, "--seconds", secs, topic=t)
         record(b, "e2e at half of peak", r, result)
+
+
+def _frame(text: str) -> str:
+    """ "handle (txmq/broker/send.py:120)" -> "handle (send.py)": one entry per function, whatever the line."""
+    name, _, where = text.partition(" (")
+    return f"{name} ({where.rsplit('/', 1)[-1].split(':')[0]})"
+
+
+def hot_spots(collapsed: Path, top: int = 14) -> str:
+    """The functions where the samples of a py-spy collapsed-stack file fall: self (the leaf) and inclusive."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        n = int(count)
+        total += n
+        frames = [_frame(f) for f in stack.split(";")]
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for f in set(frames):
+            inclusive[f] = inclusive.get(f, 0) + n
+    lines = [f"{collapsed.name}: {total} samples"]
+    for title, table in (("self", own), ("inclusive", inclusive)):
+        lines.append(f"  {title}:")
+        for name, n in sorted(table.items(), key=lambda kv: -kv[1])[:top]:
+            lines.append(f"    {100 * n / max(total, 1):5.1f} %  {name}")
+    return "\n".join(lines)
 
 
 def summarize(rows: list[dict[str, Any]], names: list[str]) -> str:
@@ -202,6 +250,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--broker-heap", default=apache_rocketmq.BROKER_HEAP, help="RocketMQ broker's -Xms/-Xmx")
     parser.add_argument("--dir", type=Path, default=None, help="data folder (default: a temporary one)")
+    parser.add_argument(
+        "--profile-txmq", type=Path, default=None, help="py-spy (or $PY_SPY) samples txmq in round 0 into this folder"
+    )
     args = parser.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="txmq-bench-rocketmq-"))
     out = ROOT / "bench" / "out" / f"rocketmq-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
@@ -217,15 +268,20 @@ def main() -> int:
         print(f"round {r} {b.name:15} {measure:20} {shown}", flush=True)
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the brokers on the way out
-    brokers = start_brokers(base, args.broker_heap)
+    if args.profile_txmq:
+        args.profile_txmq.mkdir(parents=True, exist_ok=True)
+    # Transactions get brokers of their own: after a burst of transactions RocketMQ 5.5's TransactionalOpBatchService
+    # keeps a core busy for minutes, which would otherwise fall on the plain windows that follow.
+    brokers = start_brokers(base, args.broker_heap, "plain")
+    tx_brokers = start_brokers(base, args.broker_heap, "tx")
     try:
-        for b in brokers:  # JIT and page-cache warm-up, not recorded
+        for b in brokers + tx_brokers:  # JIT, page cache and RocketMQ's start-up work: not recorded
             t = "Bench_warmup"
             b.window("--mode", "publish", "--topic", t, "--group", t, "--inflight", "128", "--seconds", "10", topic=t)
         for r in range(args.rounds):
-            run_round(brokers, r, args.seconds, record)
+            run_round(brokers, tx_brokers, r, args.seconds, record, args.profile_txmq)
     finally:
-        for b in brokers:
+        for b in brokers + tx_brokers:
             b.resume()
             b.cluster.stop()
     print(f"\nwindows: {out}\n")
