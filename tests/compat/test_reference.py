@@ -7,9 +7,14 @@ does not explain. ``TXMQ_REFERENCE=quick|full|off`` and ``TXMQ_REFERENCE_BROKERS
 from __future__ import annotations
 
 import collections
+import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -393,3 +398,32 @@ def test_tag_and_sql92_filters(clusters: dict[str, Any]) -> None:
         }
 
     compare("tag and SQL92 filters", clusters, observe)
+
+
+# -- the launcher ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif("rocketmq" not in ref.BROKERS, reason="RocketMQ is not among TXMQ_REFERENCE_BROKERS")
+def test_the_reference_starts_and_stops_from_the_command_line(tmp_path: Path) -> None:
+    """`apache_rocketmq.py start` returns once the broker is registered and leaves the processes running; `stop`
+    ends both process groups and frees the ports."""
+    script = ref.ROOT / "bench" / "peers" / "rocketmq" / "apache_rocketmq.py"
+    data = tmp_path / "rmq"
+    started = subprocess.run(
+        [sys.executable, str(script), "start", "--dir", str(data), "--flush", "SYNC_FLUSH"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stdout + started.stderr
+    pids = json.loads((data / "pids.json").read_text())
+    namesrv = started.stdout.split()[1]
+    try:
+        with Admin(namesrv) as admin:
+            assert admin.cluster_info().clusters == {"DefaultCluster": ["broker-a"]}
+    finally:
+        stopped = subprocess.run([sys.executable, str(script), "stop", "--dir", str(data)], timeout=120)
+    assert stopped.returncode == 0
+    for pid in pids.values():
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pid, 0)
+    with pytest.raises(OSError):
+        ref.request(namesrv, 106, {})

@@ -96,6 +96,14 @@ def _request(addr: str, code: int, ext: dict[str, str] | None = None, timeout: f
                 return frames[0].code, frames[0].body
 
 
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
 def _kill_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
     """SIGTERM to the whole group (RocketMQ's shutdown hooks flush and unregister), SIGKILL after ``timeout``."""
     if proc.poll() is not None:
@@ -217,6 +225,8 @@ class RocketMQCluster:
             args = ["-c", str(broker_conf), "-n", self.namesrv_addr]
             self._java(self.broker_heap, "org.apache.rocketmq.broker.BrokerStartup", args, "broker")
         self._wait(self._registered, deadline, "the broker's registration")
+        if self.proxy:  # the proxy opens its ports once its broker is up
+            self._wait(lambda: _listening(self.proxy_port) and _listening(self.proxy_port + 1), deadline, "the proxy")
         return self
 
     def _registered(self) -> bool:
