@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -138,15 +139,22 @@ class Broker:
         return result
 
 
-def start_brokers(base: Path, heap: str, kind: str) -> list[Broker]:
-    """txmq, RocketMQ SYNC_FLUSH and ASYNC_FLUSH, each started and paused. ``kind`` names the data folders."""
-    txmq = DevCluster(base / f"txmq-{kind}", {}).start()
-    assert txmq.proc is not None
-    brokers = [Broker("txmq", txmq, txmq.proc.pid, [txmq.proc.pid])]
+def start_brokers(base: Path, heap: str, kind: str, started: list[Broker]) -> list[Broker]:
+    """txmq, RocketMQ SYNC_FLUSH and ASYNC_FLUSH, each started and paused (and added to ``started`` at once, so
+    that a failure later still stops it). ``kind`` names the data folders."""
+    brokers: list[Broker] = []
+    txmq = DevCluster(base / f"txmq-{kind}", {})
+    try:
+        txmq.start()
+    finally:
+        if txmq.proc is not None:
+            brokers.append(Broker("txmq", txmq, txmq.proc.pid, [txmq.proc.pid]))
+            started.append(brokers[-1])
     for flush in ("SYNC_FLUSH", "ASYNC_FLUSH"):
         rmq = apache_rocketmq.RocketMQCluster(base / f"rocketmq-{flush}-{kind}", flush=flush, broker_heap=heap)
         pids = rmq.start().pids()
         brokers.append(Broker(f"RocketMQ {flush.split('_')[0]}", rmq, pids["broker"], list(pids.values())))
+        started.append(brokers[-1])
     for b in brokers:
         b.pause()
     return brokers
@@ -272,20 +280,23 @@ def main() -> int:
         args.profile_txmq.mkdir(parents=True, exist_ok=True)
     # Transactions get brokers of their own: after a burst of transactions RocketMQ 5.5's TransactionalOpBatchService
     # keeps a core busy for minutes, which would otherwise fall on the plain windows that follow.
-    brokers = start_brokers(base, args.broker_heap, "plain")
-    tx_brokers = start_brokers(base, args.broker_heap, "tx")
+    started: list[Broker] = []
     try:
-        for b in brokers + tx_brokers:  # JIT, page cache and RocketMQ's start-up work: not recorded
+        brokers = start_brokers(base, args.broker_heap, "plain", started)
+        tx_brokers = start_brokers(base, args.broker_heap, "tx", started)
+        for b in started:  # JIT, page cache and RocketMQ's start-up work: not recorded
             t = "Bench_warmup"
             b.window("--mode", "publish", "--topic", t, "--group", t, "--inflight", "128", "--seconds", "10", topic=t)
         for r in range(args.rounds):
             run_round(brokers, tx_brokers, r, args.seconds, record, args.profile_txmq)
     finally:
-        for b in brokers + tx_brokers:
+        for b in started:
             b.resume()
             b.cluster.stop()
+        if args.dir is None:
+            shutil.rmtree(base, ignore_errors=True)  # gigabytes of stores
     print(f"\nwindows: {out}\n")
-    print(summarize(rows, [b.name for b in brokers]))
+    print(summarize(rows, ["txmq", "RocketMQ SYNC", "RocketMQ ASYNC"]))
     return 0
 
 
