@@ -292,3 +292,41 @@ def test_reconcile_and_audit_after_the_order_demo_are_clean(spark: Any, tmp_path
     counts = {r.resolution: r["count"] for r in audit.groupBy("resolution").count().collect()}
     assert counts.get("COMMIT") == len(committed) and counts.get("PENDING") is None
     assert sum(counts.values()) == 12
+
+
+def test_the_audit_counts_a_transaction_of_several_messages_once(spark: Any, make_cluster: Any) -> None:
+    """Transactions of three messages on two topics against a real broker, committed and rolled back: the audit of its
+    store shows each transaction once with its three messages, delivered whole or not at all, and no anomaly."""
+    from txmq.client import LocalTransactionState
+    from txmq.client.sync import TransactionProducer
+
+    cluster = make_cluster(name="several-audit")
+    ns = cluster.namesrv_addr
+    with Producer("audit_setup", ns) as setup:
+        for topic in ("AuditA", "AuditB"):
+            setup.send(Message(topic, b"make the topic"))
+
+    class Decide:
+        def execute_local_transaction(self, tx: Any, arg: Any) -> LocalTransactionState:
+            return LocalTransactionState.COMMIT if arg else LocalTransactionState.ROLLBACK
+
+        def check_local_transaction(self, message: Any) -> LocalTransactionState:
+            return LocalTransactionState.ROLLBACK
+
+    ids: dict[str, bool] = {}
+    with TransactionProducer("audit_several", ns, Decide()) as producer:
+        for i in range(6):
+            with producer.transaction(i % 3 != 0) as tx:
+                for topic in ("AuditA", "AuditB", "AuditA"):
+                    tx.send(Message(topic, f"{i}-{topic}".encode()))
+            ids[str(tx.transaction_id)] = i % 3 != 0
+    cluster.stop()
+    audit = transaction_audit(spark, str(cluster.data_dir / "store")).filter("producer_group = 'audit_several'")
+    rows = {r.transaction_id: r for r in audit.collect()}
+    assert set(rows) == set(ids)
+    for tid, committed in ids.items():
+        r = rows[tid]
+        assert r.messages == 3 and r.resolution == ("COMMIT" if committed else "ROLLBACK")
+        assert (r.messages_delivered, r.deliveries) == ((3, 3) if committed else (0, 0))
+    found = anomalies(audit, transaction_events(spark, str(cluster.data_dir / "store"))).collect()
+    assert [r for r in found if r.producer_group == "audit_several"] == []
