@@ -128,9 +128,14 @@ final class Consume {
             List<MessageQueue> assigned = new ArrayList<>(queues);
             c.assign(assigned);
             long since = a.longer("seek-timestamp", -1);
-            for (MessageQueue q : assigned) {
-                // SEARCH_OFFSET_BY_TIMESTAMP: the first message stored at or after that instant.
-                c.seek(q, since < 0 ? 0 : c.offsetForTimestamp(q, since));
+            if (since >= 0) {
+                // A new group starts at the first offset anyway (CONSUME_FROM_FIRST_OFFSET); seeking to 0 as well
+                // races with the pulls assign() has already started (the client may then hand a queue's messages
+                // out twice), so only a seek by time is made.
+                for (MessageQueue q : assigned) {
+                    // SEARCH_OFFSET_BY_TIMESTAMP: the first message stored at or after that instant.
+                    c.seek(q, c.offsetForTimestamp(q, since));
+                }
             }
             Out.event("assigned", "queues", assigned.size());
         } else {
