@@ -1,0 +1,611 @@
+"""``apache.rocketmq.v2.MessagingService``: one method per RPC, each a thin adapter over the broker's services.
+
+Every answer carries a ``Status`` with the proxy's codes. A refusal (:class:`Refused`) and any unexpected error
+become a status on that one call; nothing a client sends takes the door down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from txmq.acl import permission as perm
+from txmq.broker.pop.service import PopError, PopProblem
+from txmq.broker.refusal import BrokerRefusal
+from txmq.broker.stored import put_status_code
+from txmq.broker.topics import retry_topic, validate_topic
+from txmq.door_grpc import auth
+from txmq.door_grpc.convert import (
+    PROP_DELIVER_MS,
+    PROP_MESSAGE_GROUP,
+    MessageProblem,
+    body_of,
+    duration_ms,
+    message_of,
+    parse_host,
+    record_properties,
+    timestamp_ms,
+)
+from txmq.door_grpc.pb import definition_pb2 as d
+from txmq.door_grpc.pb import service_pb2 as s
+from txmq.door_grpc.pb import service_pb2_grpc
+from txmq.protocol.codes import ResponseCode
+from txmq.protocol.record import MessageRecord, Prop, java_string_hash
+
+if TYPE_CHECKING:
+    from txmq.acl.service import AclService
+    from txmq.broker.config import BrokerConfig
+    from txmq.broker.pop.service import PopService
+    from txmq.broker.schedule import ScheduleService
+    from txmq.broker.send import SendProcessor
+    from txmq.broker.subscriptions import SubscriptionGroupManager
+    from txmq.broker.topics import TopicConfig, TopicConfigManager
+    from txmq.clock import Clock
+    from txmq.store.message_store import MessageStore
+
+log = logging.getLogger("txmq.door_grpc")
+
+ACCEPTED_TYPES = (d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION)
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+DEFAULT_AUTO_RENEW_INVISIBLE_MS = 60_000
+DEFAULT_LONG_POLLING_MS = 20_000
+MAX_BATCH = 32
+LONG_POLL_MARGIN_S = 0.5  # answer this long before the client's deadline
+
+# 4.x refusal codes as 5.x status codes.
+_REFUSAL_CODES = {
+    ResponseCode.TOPIC_NOT_EXIST: d.TOPIC_NOT_FOUND,
+    ResponseCode.NO_PERMISSION: d.FORBIDDEN,
+    ResponseCode.MESSAGE_ILLEGAL: d.BAD_REQUEST,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: d.CONSUMER_GROUP_NOT_FOUND,
+    ResponseCode.SERVICE_NOT_AVAILABLE: d.INTERNAL_SERVER_ERROR,
+    ResponseCode.FLUSH_DISK_TIMEOUT: d.MASTER_PERSISTENCE_TIMEOUT,
+}
+_POP_CODES = {
+    PopProblem.BAD_REQUEST: d.BAD_REQUEST,
+    PopProblem.INVALID_HANDLE: d.INVALID_RECEIPT_HANDLE,
+    PopProblem.NOT_FOUND: d.TOPIC_NOT_FOUND,
+    PopProblem.FORBIDDEN: d.FORBIDDEN,
+    PopProblem.INTERNAL: d.INTERNAL_SERVER_ERROR,
+}
+
+
+class Refused(Exception):
+    """Answer this call with ``code`` and ``message``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def status(code: int = d.OK, message: str = "OK") -> d.Status:
+    return d.Status(code=code, message=message)  # type: ignore[arg-type]
+
+
+R = TypeVar("R")
+
+
+def answering(response_type: type[R]) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
+    """A unary method whose :class:`Refused` (or any other error) becomes ``response_type(status=...)``."""
+
+    def wrap(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+        @functools.wraps(method)
+        async def call(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+            try:
+                return await method(self, request, context)
+            except Refused as exc:
+                return response_type(status=status(exc.code, exc.message))  # type: ignore[call-arg]
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("gRPC %s failed", method.__name__)
+                return response_type(status=status(d.INTERNAL_ERROR, f"txmq failed on this request: {exc}"))  # type: ignore[call-arg]
+
+        return call
+
+    return wrap
+
+
+def _peer_ip(context: grpc.aio.ServicerContext) -> str:
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]")
+    return ""
+
+
+def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+def _name(resource: d.Resource, what: str, code: int) -> str:
+    name = resource.name
+    if not name:
+        raise Refused(code, f"the request names no {what}")
+    return name
+
+
+class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        clock: Clock,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        subscriptions: SubscriptionGroupManager,
+        send: SendProcessor,
+        schedule: ScheduleService,
+        pop: PopService,
+        acl: AclService | None,
+        delay_levels_ms: list[int],
+        endpoints: Callable[[], tuple[str, int]],
+        peers: Callable[[str], Awaitable[list[d.MessageQueue]]] | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.store = store
+        self.topics = topics
+        self.subscriptions = subscriptions
+        self.send = send
+        self.schedule = schedule
+        self.pop = pop
+        self.acl = acl
+        self.delay_levels_ms = delay_levels_ms
+        self.endpoints = endpoints
+        self.peers = peers
+
+    # -- shared checks ------------------------------------------------------------------------------------------
+
+    def _authorize(self, context: grpc.aio.ServicerContext, rpc: str, needed: list[tuple[str, int]]) -> None:
+        if self.acl is None:
+            return
+        try:
+            denial = auth.check(self.acl.state, _peer_ip(context), _metadata(context), rpc, needed)
+        except Exception as exc:  # a bad header must not take the call handler down
+            log.exception("gRPC ACL check failed on %s", rpc)
+            raise Refused(d.UNAUTHORIZED, f"access check failed: {exc}") from None
+        if denial is not None:
+            log.warning("ACL denied gRPC %s from %s: %s", rpc, _peer_ip(context) or "?", denial.reason)
+            raise Refused(d.FORBIDDEN if denial.forbidden else d.UNAUTHORIZED, denial.remark)
+
+    def _consume_needs(self, topic: str, group: str) -> list[tuple[str, int]]:
+        return [(topic, perm.SUB), (retry_topic(group), perm.SUB)]
+
+    def _broker(self) -> d.Broker:
+        host, port = self.endpoints()
+        scheme = d.IPv4
+        if ":" in host:
+            scheme = d.IPv6
+        elif not host.replace(".", "").isdigit():
+            scheme = d.DOMAIN_NAME
+        return d.Broker(
+            name=self.config.broker_name,
+            id=0,
+            endpoints=d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=port)]),
+        )
+
+    def _topic_config(self, topic: str, *, create: bool) -> TopicConfig:
+        problem = validate_topic(topic)
+        if problem is not None:
+            raise Refused(d.ILLEGAL_TOPIC, problem)
+        cfg = self.topics.get(topic)
+        if cfg is None and create and self.config.auto_create_topic_enable:
+            try:
+                cfg = self.send.check_topic(topic)
+            except BrokerRefusal as refusal:
+                raise Refused(_REFUSAL_CODES.get(refusal.code, d.BAD_REQUEST), refusal.remark) from None
+        if cfg is None:
+            raise Refused(d.TOPIC_NOT_FOUND, f"topic {topic} does not exist on broker {self.config.broker_name}")
+        return cfg
+
+    def _group(self, group: str) -> None:
+        sub = self.subscriptions.get(group)
+        if sub is None:
+            raise Refused(d.CONSUMER_GROUP_NOT_FOUND, f"consumer group {group} does not exist")
+
+    # -- route, heartbeat, assignment, termination ------------------------------------------------------------
+
+    @answering(s.QueryRouteResponse)
+    async def QueryRoute(self, request: s.QueryRouteRequest, context: grpc.aio.ServicerContext) -> Any:
+        topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
+        self._authorize(context, "QueryRoute", [])
+        broker = self._broker()
+        queues: list[d.MessageQueue] = []
+        try:
+            cfg = self._topic_config(topic, create=True)
+        except Refused as refused:
+            if refused.code != d.TOPIC_NOT_FOUND or self.peers is None:
+                raise
+        else:
+            for queue_id in range(cfg.queue_count):
+                readable = cfg.readable and queue_id < cfg.read_queue_nums
+                writable = cfg.writable and queue_id < cfg.write_queue_nums
+                permission = {
+                    (True, True): d.READ_WRITE,
+                    (True, False): d.READ,
+                    (False, True): d.WRITE,
+                    (False, False): d.NONE,
+                }[(readable, writable)]
+                queues.append(
+                    d.MessageQueue(
+                        topic=d.Resource(name=topic, resource_namespace=request.topic.resource_namespace),
+                        id=queue_id,
+                        permission=permission,
+                        broker=broker,
+                        accept_message_types=ACCEPTED_TYPES,
+                    )
+                )
+        if self.peers is not None:
+            queues.extend(await self.peers(topic))
+        if not queues:
+            raise Refused(d.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
+        return s.QueryRouteResponse(status=status(), message_queues=queues)
+
+    @answering(s.HeartbeatResponse)
+    async def Heartbeat(self, request: s.HeartbeatRequest, context: grpc.aio.ServicerContext) -> Any:
+        needed = [(retry_topic(request.group.name), perm.SUB)] if request.group.name else []
+        self._authorize(context, "Heartbeat", needed)
+        return s.HeartbeatResponse(status=status())
+
+    @answering(s.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(
+        self, request: s.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        self._authorize(context, "NotifyClientTermination", [])
+        return s.NotifyClientTerminationResponse(status=status())
+
+    @answering(s.QueryAssignmentResponse)
+    async def QueryAssignment(self, request: s.QueryAssignmentRequest, context: grpc.aio.ServicerContext) -> Any:
+        topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
+        group = _name(request.group, "consumer group", d.ILLEGAL_CONSUMER_GROUP)
+        self._authorize(context, "QueryAssignment", self._consume_needs(topic, group))
+        self._group(group)
+        assignments: list[s.Assignment] = []
+        queues: list[d.MessageQueue] = []
+        try:
+            cfg = self._topic_config(topic, create=False)
+            if cfg.readable:
+                queues.append(
+                    d.MessageQueue(
+                        topic=request.topic,
+                        id=-1,
+                        permission=d.READ_WRITE,
+                        broker=self._broker(),
+                        accept_message_types=ACCEPTED_TYPES,
+                    )
+                )
+        except Refused as refused:
+            if refused.code != d.TOPIC_NOT_FOUND or self.peers is None:
+                raise
+        if self.peers is not None:
+            seen = {self.config.broker_name}
+            for mq in await self.peers(topic):
+                if mq.broker.name not in seen and mq.permission in (d.READ, d.READ_WRITE):
+                    seen.add(mq.broker.name)
+                    peer = d.MessageQueue()
+                    peer.CopyFrom(mq)
+                    peer.id = -1
+                    queues.append(peer)
+        if not queues:
+            raise Refused(d.TOPIC_NOT_FOUND, f"topic {topic} has no readable queue")
+        assignments = [d.Assignment(message_queue=mq) for mq in queues]
+        return s.QueryAssignmentResponse(status=status(), assignments=assignments)
+
+    # -- telemetry ----------------------------------------------------------------------------------------------
+
+    def settings_for(self, client: d.Settings) -> d.Settings:
+        """What the proxy answers to a client's Settings: the broker's limits and the group's retry policy."""
+        reply = d.Settings()
+        reply.CopyFrom(client)
+        if client.WhichOneof("pub_sub") == "publishing":
+            reply.publishing.max_body_size = self.config.max_message_size
+            reply.publishing.validate_message_type = True
+            reply.backoff_policy.CopyFrom(
+                d.RetryPolicy(
+                    max_attempts=3,
+                    exponential_backoff=d.ExponentialBackoff(
+                        initial=Duration(nanos=10_000_000), max=Duration(seconds=1), multiplier=2.0
+                    ),
+                )
+            )
+        elif client.WhichOneof("pub_sub") == "subscription":
+            group = client.subscription.group.name
+            policy = self.pop.retry_policy(group)
+            reply.backoff_policy.CopyFrom(
+                d.RetryPolicy(
+                    max_attempts=policy.max_attempts,
+                    customized_backoff=d.CustomizedBackoff(
+                        next=[Duration(seconds=max(1, ms // 1000)) for ms in policy.backoff_ms]
+                    ),
+                )
+            )
+            reply.subscription.fifo = False
+            reply.subscription.receive_batch_size = MAX_BATCH
+            if not client.subscription.HasField("long_polling_timeout"):
+                reply.subscription.long_polling_timeout.CopyFrom(Duration(seconds=DEFAULT_LONG_POLLING_MS // 1000))
+        return reply
+
+    async def Telemetry(
+        self, request_iterator: AsyncIterator[s.TelemetryCommand], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[s.TelemetryCommand]:
+        try:
+            self._authorize(context, "Telemetry", [])
+        except Refused as refused:
+            yield s.TelemetryCommand(status=status(refused.code, refused.message))
+            return
+        try:
+            async for command in request_iterator:
+                kind = command.WhichOneof("command")
+                if kind == "settings":
+                    yield s.TelemetryCommand(status=status(), settings=self.settings_for(command.settings))
+                # thread_stack_trace and verify_message_result answer commands txmq never sends; nothing to do.
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("gRPC Telemetry stream failed")
+
+    # -- send -----------------------------------------------------------------------------------------------------
+
+    @answering(s.SendMessageResponse)
+    async def SendMessage(self, request: s.SendMessageRequest, context: grpc.aio.ServicerContext) -> Any:
+        if not request.messages:
+            raise Refused(d.BAD_REQUEST, "SendMessage carries no message")
+        topics = {m.topic.name for m in request.messages}
+        self._authorize(context, "SendMessage", [(t, perm.PUB) for t in topics])
+        born_peer = _peer_ip(context) or "127.0.0.1"
+        futures = []
+        for message in request.messages:
+            try:
+                futures.append(self._store(message, born_peer))
+            except Refused as refused:
+                futures.append(refused)
+        entries = []
+        for message, pending in zip(request.messages, futures, strict=True):
+            message_id = message.system_properties.message_id
+            if isinstance(pending, Refused):
+                entries.append(s.SendResultEntry(status=status(pending.code, pending.message), message_id=message_id))
+                continue
+            result = await pending
+            code = put_status_code(result)
+            if code in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+                entries.append(s.SendResultEntry(status=status(), message_id=message_id, offset=result.queue_offset))
+            else:
+                entries.append(
+                    s.SendResultEntry(
+                        status=status(
+                            _REFUSAL_CODES.get(code, d.INTERNAL_SERVER_ERROR), f"storing failed: {result.status.value}"
+                        ),
+                        message_id=message_id,
+                    )
+                )
+        codes = {e.status.code for e in entries}
+        overall = (
+            entries[0].status if len(codes) == 1 else status(d.MULTIPLE_RESULTS, "the messages had different results")
+        )
+        return s.SendMessageResponse(status=overall, entries=entries)
+
+    def _delay_level(self, delay_ms: int) -> int:
+        """The smallest delay level that waits at least ``delay_ms`` (the last level when none does): delivery
+        times map onto the broker's delay levels, never earlier than asked."""
+        for level, level_ms in enumerate(self.delay_levels_ms, 1):
+            if level_ms >= delay_ms:
+                return level
+        return len(self.delay_levels_ms)
+
+    def _store(self, message: d.Message, born_ip: str) -> Awaitable[Any]:
+        topic = message.topic.name
+        sp = message.system_properties
+        if sp.message_type == d.TRANSACTION:
+            raise Refused(d.UNSUPPORTED, "transactional messages through the gRPC door are not supported yet")
+        try:
+            cfg = self.send.check_topic(topic)
+        except BrokerRefusal as refusal:
+            raise Refused(_REFUSAL_CODES.get(refusal.code, d.BAD_REQUEST), refusal.remark) from None
+        try:
+            body = body_of(message, self.config.max_message_size)
+            props = record_properties(message)
+        except MessageProblem as problem:
+            raise Refused(problem.code, str(problem)) from None
+        props[Prop.CLUSTER] = self.config.broker_cluster_name
+        writable = max(1, cfg.write_queue_nums)
+        group = props.get(PROP_MESSAGE_GROUP)
+        if group:
+            queue_id = (java_string_hash(group) & 0x7FFFFFFF) % writable  # one queue per message group
+        elif 0 <= sp.queue_id < writable:
+            queue_id = sp.queue_id
+        else:
+            queue_id = zlib.crc32(sp.message_id.encode()) % writable
+        born_ms = timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else self.clock.now_ms()
+        record = MessageRecord(
+            topic=topic,
+            body=body,
+            queue_id=queue_id,
+            born_timestamp=born_ms,
+            born_host=parse_host(sp.born_host or born_ip),
+            store_host=(self.config.advertised_ip, self.config.listen_port),
+            properties=props,
+        )
+        if sp.HasField("delivery_timestamp"):
+            if group:
+                raise Refused(d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a FIFO message cannot have a delivery time")
+            deliver_ms = timestamp_ms(sp.delivery_timestamp)
+            delay_ms = deliver_ms - self.clock.now_ms()
+            if delay_ms > 0 and self.delay_levels_ms:
+                props[PROP_DELIVER_MS] = str(deliver_ms)
+                record = self.schedule.redirect(record, self._delay_level(delay_ms))
+        return self.store.put_future(record)
+
+    # -- consume ------------------------------------------------------------------------------------------------
+
+    def _tags(self, expression: d.FilterExpression) -> frozenset[str] | None:
+        if expression.type == d.SQL:
+            raise Refused(d.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported by txmq's gRPC door yet")
+        text = expression.expression.strip()
+        if not text or text == "*":
+            return None
+        return frozenset(t.strip() for t in text.split("||") if t.strip())
+
+    async def ReceiveMessage(
+        self, request: s.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[s.ReceiveMessageResponse]:
+        try:
+            received = await self._receive(request, context)
+        except Refused as refused:
+            yield s.ReceiveMessageResponse(status=status(refused.code, refused.message))
+            return
+        except PopError as exc:
+            yield s.ReceiveMessageResponse(status=status(_POP_CODES[exc.problem], exc.message))
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("gRPC ReceiveMessage failed")
+            yield s.ReceiveMessageResponse(status=status(d.INTERNAL_ERROR, f"txmq failed on this request: {exc}"))
+            return
+        topic = request.message_queue.topic.name
+        if not received:
+            yield s.ReceiveMessageResponse(status=status(d.MESSAGE_NOT_FOUND, "no new message"))
+            return
+        yield s.ReceiveMessageResponse(status=status())
+        # When the broker handed them over: consumers measure their receive latency from it (the 5.x Python push
+        # consumer fails on a batch without it).
+        now_ms = self.clock.now_ms()
+        yield s.ReceiveMessageResponse(
+            delivery_timestamp=Timestamp(seconds=now_ms // 1000, nanos=now_ms % 1000 * 1_000_000)
+        )
+        for item in received:
+            origin = item.record.properties.get(Prop.RETRY_TOPIC) or topic
+            yield s.ReceiveMessageResponse(
+                message=message_of(
+                    item.record,
+                    topic=origin,
+                    receipt_handle=item.handle,
+                    delivery_attempt=item.delivery_attempt,
+                    invisible_ms=item.invisible_ms,
+                )
+            )
+
+    async def _receive(self, request: s.ReceiveMessageRequest, context: grpc.aio.ServicerContext) -> list[Any]:
+        topic = _name(request.message_queue.topic, "topic", d.ILLEGAL_TOPIC)
+        group = _name(request.group, "consumer group", d.ILLEGAL_CONSUMER_GROUP)
+        self._authorize(context, "ReceiveMessage", self._consume_needs(topic, group))
+        self._topic_config(topic, create=False)
+        self._group(group)
+        tags = self._tags(request.filter_expression)
+        if request.HasField("invisible_duration"):
+            invisible_ms = duration_ms(request.invisible_duration)
+        elif request.auto_renew:
+            invisible_ms = DEFAULT_AUTO_RENEW_INVISIBLE_MS
+        else:
+            raise Refused(d.ILLEGAL_INVISIBLE_TIME, "the request has no invisible_duration")
+        low = self.config.min_invisible_time_mills_for_recv
+        if not low <= invisible_ms <= MAX_INVISIBLE_MS:
+            raise Refused(
+                d.ILLEGAL_INVISIBLE_TIME,
+                f"invisible_duration {invisible_ms} ms is outside [{low}, {MAX_INVISIBLE_MS}] ms",
+            )
+        wait_ms = duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
+        remaining = context.time_remaining()
+        wait = wait_ms / 1000
+        if remaining is not None:
+            wait = min(wait, max(0.0, remaining - LONG_POLL_MARGIN_S))
+        batch = min(max(1, request.batch_size or 1), MAX_BATCH)
+        return await self.pop.receive(
+            group, topic, tags=tags, batch=batch, invisible_ms=invisible_ms, wait_seconds=wait
+        )
+
+    @answering(s.AckMessageResponse)
+    async def AckMessage(self, request: s.AckMessageRequest, context: grpc.aio.ServicerContext) -> Any:
+        topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
+        group = _name(request.group, "consumer group", d.ILLEGAL_CONSUMER_GROUP)
+        self._authorize(context, "AckMessage", self._consume_needs(topic, group))
+        if not request.entries:
+            raise Refused(d.BAD_REQUEST, "AckMessage carries no entry")
+        results = []
+        for entry in request.entries:
+            try:
+                await self.pop.ack(group, entry.receipt_handle)
+                result = status()
+            except PopError as exc:
+                result = status(_POP_CODES[exc.problem], exc.message)
+            results.append(
+                s.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=result)
+            )
+        codes = {r.status.code for r in results}
+        overall = (
+            results[0].status if len(codes) == 1 else status(d.MULTIPLE_RESULTS, "the entries had different results")
+        )
+        return s.AckMessageResponse(status=overall, entries=results)
+
+    @answering(s.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(
+        self, request: s.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
+        group = _name(request.group, "consumer group", d.ILLEGAL_CONSUMER_GROUP)
+        self._authorize(context, "ChangeInvisibleDuration", self._consume_needs(topic, group))
+        invisible_ms = duration_ms(request.invisible_duration)
+        if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
+            raise Refused(d.ILLEGAL_INVISIBLE_TIME, f"invisible_duration {invisible_ms} ms is out of range")
+        try:
+            handle = await self.pop.change_invisible(group, request.receipt_handle, invisible_ms)
+        except PopError as exc:
+            raise Refused(_POP_CODES[exc.problem], exc.message) from None
+        return s.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle)
+
+    @answering(s.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: s.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
+        group = _name(request.group, "consumer group", d.ILLEGAL_CONSUMER_GROUP)
+        self._authorize(context, "ForwardMessageToDeadLetterQueue", self._consume_needs(topic, group))
+        reason = (
+            f"forwarded by the consumer after {request.delivery_attempt} of {request.max_delivery_attempts} attempts"
+        )
+        try:
+            await self.pop.dead_letter(group, request.receipt_handle, reason)
+        except PopError as exc:
+            raise Refused(_POP_CODES[exc.problem], exc.message) from None
+        return s.ForwardMessageToDeadLetterQueueResponse(status=status())
+
+    # -- not served yet -----------------------------------------------------------------------------------------
+
+    @answering(s.EndTransactionResponse)
+    async def EndTransaction(self, request: s.EndTransactionRequest, context: grpc.aio.ServicerContext) -> Any:
+        raise Refused(d.NOT_IMPLEMENTED, "transactions through the gRPC door are not supported yet")
+
+    @answering(s.UpdateOffsetResponse)
+    async def UpdateOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        raise Refused(d.NOT_IMPLEMENTED, "UpdateOffset is not served by txmq's gRPC door")
+
+    @answering(s.GetOffsetResponse)
+    async def GetOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        raise Refused(d.NOT_IMPLEMENTED, "GetOffset is not served by txmq's gRPC door")
+
+    @answering(s.QueryOffsetResponse)
+    async def QueryOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        raise Refused(d.NOT_IMPLEMENTED, "QueryOffset is not served by txmq's gRPC door")
+
+    @answering(s.RecallMessageResponse)
+    async def RecallMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        raise Refused(d.NOT_IMPLEMENTED, "RecallMessage is not served by txmq's gRPC door")
+
+    @answering(s.SyncLiteSubscriptionResponse)
+    async def SyncLiteSubscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        raise Refused(d.NOT_IMPLEMENTED, "lite topics are not served by txmq's gRPC door")
+
+    async def PullMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        yield s.PullMessageResponse(status=status(d.NOT_IMPLEMENTED, "PullMessage is not served by txmq's gRPC door"))

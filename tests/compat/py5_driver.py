@@ -1,0 +1,173 @@
+"""Scenario driver for the official RocketMQ 5.x Python client (``rocketmq-python-client``, gRPC).
+
+Runs in its own venv (``.ci/setup-py5-client.sh``), never imports txmq, and prints one JSON object per line:
+what it sent or received and a final ``summary``. Pytest (``tests/compat/py5_client.py``) decides what is right.
+
+    produce  --endpoints E --topic T --count N [--tag A] [--delay-ms D] [--message-group G]
+    receive  --endpoints E --topic T --group G --expect N --invisible S --seconds S [--no-ack]
+    push     --endpoints E --topic T --group G --seconds S [--fail] [--stop-after N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+
+def emit(event: str, **fields: object) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def configuration(args: argparse.Namespace):
+    from rocketmq import ClientConfiguration, Credentials
+
+    return ClientConfiguration(args.endpoints, Credentials(args.ak, args.sk), request_timeout=args.request_timeout)
+
+
+def describe(message) -> dict:
+    return {
+        "id": message.message_id,
+        "topic": message.topic,
+        "body": message.body.decode(errors="replace"),
+        "tag": message.tag,
+        "keys": list(message.keys or []),
+        "attempt": message.delivery_attempt,
+        "group": message.message_group,
+        "properties": dict(message.properties or {}),
+        "at": time.time(),
+    }
+
+
+def produce(args: argparse.Namespace) -> int:
+    from rocketmq import Message, Producer
+
+    producer = Producer(configuration(args), (args.topic,))
+    producer.startup()
+    sent = failed = 0
+    try:
+        for i in range(args.count):
+            message = Message()
+            message.topic = args.topic
+            message.body = f"{args.body_prefix}{i}".encode()
+            if args.tag:
+                message.tag = args.tag
+            message.keys = f"key-{i}"
+            message.add_property("index", str(i))
+            if args.message_group:
+                message.message_group = args.message_group.format(i=i, k=i % 3)
+            if args.delay_ms:
+                message.delivery_timestamp = int(time.time() * 1000) + args.delay_ms
+            try:
+                receipt = producer.send(message)
+            except Exception as exc:  # the scenario reports; pytest decides
+                failed += 1
+                emit("send_failed", index=i, error=f"{type(exc).__name__}: {exc}")
+                continue
+            sent += 1
+            emit("sent", index=i, id=receipt.message_id, body=message.body.decode(), at=time.time())
+    finally:
+        producer.shutdown()
+    emit("summary", sent=sent, failed=failed)
+    return 0
+
+
+def receive(args: argparse.Namespace) -> int:
+    from rocketmq import FilterExpression, SimpleConsumer
+
+    expression = FilterExpression(args.tag_expression)
+    consumer = SimpleConsumer(configuration(args), args.group, {args.topic: expression}, await_duration=args.await_s)
+    consumer.startup()
+    got = acked = errors = 0
+    end = time.monotonic() + args.seconds
+    try:
+        while time.monotonic() < end and (args.expect <= 0 or got < args.expect):
+            try:
+                messages = consumer.receive(args.batch, args.invisible)
+            except Exception as exc:
+                errors += 1
+                emit("receive_failed", error=f"{type(exc).__name__}: {exc}")
+                time.sleep(0.2)
+                continue
+            for message in messages:
+                got += 1
+                emit("received", **describe(message))
+                if not args.no_ack:
+                    try:
+                        consumer.ack(message)
+                        acked += 1
+                        emit("acked", id=message.message_id)
+                    except Exception as exc:
+                        emit("ack_failed", id=message.message_id, error=f"{type(exc).__name__}: {exc}")
+    finally:
+        consumer.shutdown()
+    emit("summary", received=got, acked=acked, errors=errors)
+    return 0
+
+
+def push(args: argparse.Namespace) -> int:
+    from rocketmq import ConsumeResult, FilterExpression, MessageListener, PushConsumer
+
+    consumed = 0
+    lock = threading.Lock()
+    done = threading.Event()
+
+    class Listener(MessageListener):
+        def consume(self, message):
+            nonlocal consumed
+            result = ConsumeResult.FAILURE if args.fail else ConsumeResult.SUCCESS
+            emit("consumed", result=result.name, **describe(message))
+            with lock:
+                consumed += 1
+                if args.stop_after and consumed >= args.stop_after:
+                    done.set()
+            return result
+
+    consumer = PushConsumer(configuration(args), args.group, Listener(), {args.topic: FilterExpression("*")})
+    consumer.startup()
+    try:
+        done.wait(args.seconds)
+    finally:
+        consumer.shutdown()
+    emit("summary", consumed=consumed)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="py5_driver")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("produce", "receive", "push"):
+        p = sub.add_parser(name)
+        p.add_argument("--endpoints", required=True)
+        p.add_argument("--topic", required=True)
+        p.add_argument("--ak", default="")
+        p.add_argument("--sk", default="")
+        p.add_argument("--request-timeout", type=int, default=3)
+    produce_p = sub.choices["produce"]
+    produce_p.add_argument("--count", type=int, default=1)
+    produce_p.add_argument("--body-prefix", default="m-")
+    produce_p.add_argument("--tag", default="")
+    produce_p.add_argument("--delay-ms", type=int, default=0)
+    produce_p.add_argument("--message-group", default="")
+    receive_p = sub.choices["receive"]
+    receive_p.add_argument("--group", required=True)
+    receive_p.add_argument("--expect", type=int, default=0)
+    receive_p.add_argument("--batch", type=int, default=16)
+    receive_p.add_argument("--invisible", type=int, default=15)
+    receive_p.add_argument("--await-s", type=int, default=2)
+    receive_p.add_argument("--seconds", type=float, default=20)
+    receive_p.add_argument("--tag-expression", default="*")
+    receive_p.add_argument("--no-ack", action="store_true")
+    push_p = sub.choices["push"]
+    push_p.add_argument("--group", required=True)
+    push_p.add_argument("--seconds", type=float, default=20)
+    push_p.add_argument("--fail", action="store_true")
+    push_p.add_argument("--stop-after", type=int, default=0)
+    args = parser.parse_args(argv)
+    return {"produce": produce, "receive": receive, "push": push}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
