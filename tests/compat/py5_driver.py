@@ -15,10 +15,30 @@ import json
 import sys
 import threading
 import time
+from pathlib import Path
+
+_print_lock = threading.Lock()  # a push consumer's listener runs on many threads
 
 
 def emit(event: str, **fields: object) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
+    line = json.dumps({"event": event, **fields})
+    with _print_lock:
+        print(line, flush=True)
+
+
+CLIENT_LOG = Path.home() / "logs" / "rocketmq_python" / "rocketmq_client.log"
+_log_start = CLIENT_LOG.stat().st_size if CLIENT_LOG.exists() else 0
+
+
+def client_errors() -> str:
+    """The errors the client logged during this run: why a route query failed, which the exception does not say."""
+    try:
+        with CLIENT_LOG.open("rb") as f:
+            f.seek(_log_start)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(line for line in text.splitlines() if "[ERROR]" in line)
 
 
 def configuration(args: argparse.Namespace):
@@ -64,7 +84,7 @@ def produce(args: argparse.Namespace) -> int:
                 receipt = producer.send(message)
             except Exception as exc:  # the scenario reports; pytest decides
                 failed += 1
-                emit("send_failed", index=i, error=f"{type(exc).__name__}: {exc}")
+                emit("send_failed", index=i, error=f"{type(exc).__name__}: {exc}", log=client_errors())
                 continue
             sent += 1
             emit("sent", index=i, id=receipt.message_id, body=message.body.decode(), at=time.time())

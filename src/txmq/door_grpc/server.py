@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.message_factory import GetMessageClass
 
-from txmq.door_grpc.pb import service_pb2_grpc
-from txmq.door_grpc.service import MessagingDoor
+from txmq.door_grpc.pb import service_pb2
+from txmq.door_grpc.service import Malformed, MessagingDoor
 
 log = logging.getLogger("txmq.door_grpc")
 
@@ -37,7 +41,7 @@ class GrpcDoor:
                 ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
             ]
         )
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.door, server)
+        server.add_generic_rpc_handlers((messaging_handlers(self.door),))
         address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
         port = server.add_insecure_port(address)
         if port == 0:
@@ -51,3 +55,38 @@ class GrpcDoor:
         if self._server is not None:
             await self._server.stop(SHUTDOWN_GRACE_SECONDS)
             self._server = None
+
+
+def _tolerant(message_class: type[Message]) -> Callable[[bytes], Any]:
+    """A request parser that hands a malformed request to the method as :class:`Malformed` (answered with
+    BAD_REQUEST in the RPC's own response) instead of failing the call with gRPC's UNKNOWN."""
+    name = message_class.DESCRIPTOR.full_name
+
+    def parse(data: bytes) -> Any:
+        try:
+            return message_class.FromString(data)
+        except DecodeError as exc:
+            return Malformed(f"the request is not a valid {name}: {exc}")
+
+    return parse
+
+
+def messaging_handlers(door: MessagingDoor) -> grpc.GenericRpcHandler:
+    """``apache.rocketmq.v2.MessagingService``'s methods, as the generated registration builds them, but with
+    tolerant request parsing."""
+    service = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
+    handlers = {}
+    for method in service.methods:
+        parse = _tolerant(GetMessageClass(method.input_type))
+        serialize = GetMessageClass(method.output_type).SerializeToString
+        behaviour = getattr(door, method.name)
+        if method.client_streaming and method.server_streaming:
+            make = grpc.stream_stream_rpc_method_handler
+        elif method.server_streaming:
+            make = grpc.unary_stream_rpc_method_handler
+        elif method.client_streaming:
+            make = grpc.stream_unary_rpc_method_handler
+        else:
+            make = grpc.unary_unary_rpc_method_handler
+        handlers[method.name] = make(behaviour, request_deserializer=parse, response_serializer=serialize)
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)

@@ -78,6 +78,13 @@ _POP_CODES = {
 }
 
 
+class Malformed:
+    """A request whose bytes are not the RPC's protobuf message (what the tolerant parser hands over)."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
 class Refused(Exception):
     """Answer this call with ``code`` and ``message``."""
 
@@ -101,6 +108,8 @@ def answering(response_type: type[R]) -> Callable[[Callable[..., Awaitable[R]]],
         @functools.wraps(method)
         async def call(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
             try:
+                if isinstance(request, Malformed):
+                    raise Refused(d.BAD_REQUEST, request.problem)
                 return await method(self, request, context)
             except Refused as exc:
                 return response_type(status=status(exc.code, exc.message))  # type: ignore[call-arg]
@@ -347,6 +356,9 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
             return
         try:
             async for command in request_iterator:
+                if isinstance(command, Malformed):
+                    yield s.TelemetryCommand(status=status(d.BAD_REQUEST, command.problem))
+                    continue
                 kind = command.WhichOneof("command")
                 if kind == "settings":
                     yield s.TelemetryCommand(status=status(), settings=self.settings_for(command.settings))
@@ -461,6 +473,8 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         self, request: s.ReceiveMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[s.ReceiveMessageResponse]:
         try:
+            if isinstance(request, Malformed):
+                raise Refused(d.BAD_REQUEST, request.problem)
             received = await self._receive(request, context)
         except Refused as refused:
             yield s.ReceiveMessageResponse(status=status(refused.code, refused.message))
