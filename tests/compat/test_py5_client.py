@@ -34,6 +34,7 @@ GRPC_CONF = {
     **TEST_BROKER_CONF,
     "messageDelayLevel": "1s 1s 1s 1s 3s 5s 10s",
     "minInvisibleTimeMillsForRecv": "1000",
+    "grpcPushLongPollingMills": "3000",  # a push consumer's close waits for its pending receive
 }
 
 

@@ -77,6 +77,8 @@ class BrokerConfig:
     # The RocketMQ 5 gRPC door (the proxy's local mode, issue 14)
     grpc_listen_port: int = 8081  # 0: no gRPC door
     min_invisible_time_mills_for_recv: int = 10_000  # the proxy's lower bound on a receive's invisible duration
+    # txmq: the long polling a push consumer is told to use (its close waits for a pending receive to end)
+    grpc_push_long_polling_mills: int = 20_000
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod

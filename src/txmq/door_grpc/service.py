@@ -56,7 +56,6 @@ log = logging.getLogger("txmq.door_grpc")
 ACCEPTED_TYPES = (d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION)
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 DEFAULT_AUTO_RENEW_INVISIBLE_MS = 60_000
-DEFAULT_LONG_POLLING_MS = 20_000
 MAX_BATCH = 32
 LONG_POLL_MARGIN_S = 0.5  # answer this long before the client's deadline
 
@@ -343,7 +342,10 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
             reply.subscription.fifo = False
             reply.subscription.receive_batch_size = MAX_BATCH
             if not client.subscription.HasField("long_polling_timeout"):
-                reply.subscription.long_polling_timeout.CopyFrom(Duration(seconds=DEFAULT_LONG_POLLING_MS // 1000))
+                millis = self.config.grpc_push_long_polling_mills
+                reply.subscription.long_polling_timeout.CopyFrom(
+                    Duration(seconds=millis // 1000, nanos=millis % 1000 * 1_000_000)
+                )
         return reply
 
     async def Telemetry(

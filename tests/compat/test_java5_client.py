@@ -1,0 +1,106 @@
+"""The official RocketMQ 5.x Java client (``org.apache.rocketmq:rocketmq-client-java``, gRPC) against ``txmq dev``:
+producer, SimpleConsumer and PushConsumer scenarios in tests/compat/java5 (built by its build.sh)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.cluster_harness import DevCluster
+from tests.compat.java_client import JVM_FLAGS
+from tests.compat.test_py5_client import GRPC_CONF, create_group
+
+from txmq.client.sync import Admin
+from txmq.testing import eventually
+
+from .cpp_client import parse_events
+from .py5_client import of
+
+pytestmark = pytest.mark.slow
+
+JAVA5_DIR = Path(__file__).resolve().parent / "java5"
+
+
+@functools.cache
+def _built() -> Path:
+    out = JAVA5_DIR / "target"
+    if not (out / "classes" / "txmq" / "compat5" / "Main.class").exists():
+        proc = subprocess.run(["bash", str(JAVA5_DIR / "build.sh")], capture_output=True, text=True, timeout=900)
+        if proc.returncode != 0:
+            raise RuntimeError(f"tests/compat/java5/build.sh failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
+    return out
+
+
+@functools.cache
+def _home() -> str:
+    return tempfile.mkdtemp(prefix="txmq-java5-home-")  # the client logs under ~/logs
+
+
+def run_java5(args: Sequence[str], timeout: float = 90) -> list[dict[str, Any]]:
+    out = _built()
+    command = [
+        "java",
+        *JVM_FLAGS,
+        f"-Duser.home={_home()}",
+        "-cp",
+        f"{out / 'classes'}{os.pathsep}{out / 'lib'}/*",
+        "txmq.compat5.Main",
+        *map(str, args),
+    ]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, f"{' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return parse_events(proc.stdout)
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    cluster = DevCluster(tmp_path_factory.mktemp("txmq-java5"), dict(GRPC_CONF)).start()
+    yield cluster
+    cluster.stop()
+
+
+def test_producer_and_simple_consumer(cluster: DevCluster) -> None:
+    topic, group = _name("TJ5"), _name("GJ5")
+    events = run_java5(["produce", cluster.grpc_endpoint, topic, 5])
+    assert of(events, "summary")[0] == {"event": "summary", "sent": 5, "failed": 0}, events
+    sent = {e["id"]: e for e in of(events, "sent")}
+    got = of(run_java5(["receive", cluster.grpc_endpoint, topic, group, 5, 20]), "received")
+    assert sorted(e["id"] for e in got) == sorted(sent)
+    for e in got:
+        assert (e["body"], e["tag"], e["topic"], e["attempt"]) == (sent[e["id"]]["body"], "TagJ", topic, 1)
+        assert e["index"] == str(sent[e["id"]]["index"])
+
+
+def test_fifo_producer_and_push_consumer(cluster: DevCluster) -> None:
+    topic, group = _name("TJ5Fifo"), _name("GJ5Fifo")
+    events = run_java5(["produce", cluster.grpc_endpoint, topic, 6, "order-{k}"])
+    assert of(events, "summary")[0]["sent"] == 6, events
+    consumed = of(run_java5(["push", cluster.grpc_endpoint, topic, group, 6, 40]), "consumed")
+    assert sorted(e["id"] for e in consumed) == sorted(e["id"] for e in of(events, "sent"))
+    assert {e["group"] for e in consumed} == {"order-0", "order-1", "order-2"}
+
+
+def test_push_consumer_failures_end_in_the_dlq(cluster: DevCluster) -> None:
+    topic, group = _name("TJ5Dlq"), _name("GJ5Dlq")
+    create_group(cluster, group, retry_max_times=1)
+    sent = of(run_java5(["produce", cluster.grpc_endpoint, topic, 1]), "sent")
+    consumed = of(run_java5(["push", cluster.grpc_endpoint, topic, group, 2, 40, "fail"]), "consumed")
+    assert [(e["id"], e["attempt"]) for e in consumed] == [(sent[0]["id"], 1), (sent[0]["id"], 2)]
+
+    def dead_letters() -> list[dict[str, Any]]:
+        with Admin(cluster.namesrv_addr) as admin:
+            return admin.dead_letters(group)
+
+    rows = eventually(dead_letters, "the message reaches %DLQ%", timeout=30)
+    assert [r["originTopic"] for r in rows] == [topic]
