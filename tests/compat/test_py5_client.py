@@ -279,3 +279,18 @@ def test_acl_right_and_wrong_secret(make_cluster: Any, tmp_path: Path) -> None:
         ]
     )
     assert [e["id"] for e in of(got, "received")] == [of(ok, "sent")[0]["id"]]
+
+
+def test_two_brokers_each_serve_their_queues_and_routes_list_both(make_cluster: Any, add_broker: Any) -> None:
+    cluster = make_cluster(dict(GRPC_CONF), name="grpc-two")
+    second = add_broker(cluster, "broker-b", dict(GRPC_CONF))
+    topic, group = _name("TTwo"), _name("GTwo")
+    with Admin(cluster.namesrv_addr) as admin:
+        for addr in (cluster.broker_addr, second.broker_addr):
+            admin.create_topic(topic, broker_addr=addr, read_queue_nums=2, write_queue_nums=2)
+    sent = produce(cluster, topic, 12)  # the client knows only the first broker's endpoint
+    with Admin(cluster.namesrv_addr) as admin:
+        per_broker = {mq.broker_name: o.max_offset for mq, o in admin.topic_stats(topic).items() if o.max_offset}
+    assert set(per_broker) == {"broker-a", "broker-b"}, per_broker  # the route led the producer to both
+    got = receive(cluster, topic, group, "--expect", "12", "--seconds", "30")
+    assert sorted(e["id"] for e in got) == sorted(e["id"] for e in sent)

@@ -247,10 +247,16 @@ class BrokerApp:
 
     def _grpc_door(self, host: str) -> Any:
         # Imported here: a broker with the gRPC door off never loads grpc.
+        from txmq.door_grpc.peers import KV_NAMESPACE, ClusterPeers
         from txmq.door_grpc.server import GrpcDoor
         from txmq.door_grpc.service import MessagingDoor
 
         config = self.config
+        # Other brokers find this one's gRPC endpoint in the name server's KV config; it finds theirs there.
+        self.registration.kv.append(
+            (KV_NAMESPACE, config.broker_addr, f"{config.advertised_ip}:{config.grpc_listen_port}")
+        )
+        peers = ClusterPeers(broker_name=config.broker_name, ask=self.registration.ask, monotonic=self.clock.monotonic)
         door = MessagingDoor(
             config=config,
             clock=self.clock,
@@ -263,6 +269,7 @@ class BrokerApp:
             acl=self.acl,
             delay_levels_ms=self.store_config.delay_levels_ms(),
             endpoints=lambda: (config.advertised_ip, config.grpc_listen_port),
+            peers=peers.queues if config.namesrv_addrs else None,
         )
         return GrpcDoor(door, host=host, port=config.grpc_listen_port, max_message_size=config.max_message_size)
 

@@ -37,6 +37,7 @@ from txmq.door_grpc.convert import (
 from txmq.door_grpc.pb import definition_pb2 as d
 from txmq.door_grpc.pb import service_pb2 as s
 from txmq.door_grpc.pb import service_pb2_grpc
+from txmq.door_grpc.peers import ACCEPTED_TYPES, queue_permission
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.record import MessageRecord, Prop, java_string_hash
 
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("txmq.door_grpc")
 
-ACCEPTED_TYPES = (d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION)
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 DEFAULT_AUTO_RENEW_INVISIBLE_MS = 60_000
 MAX_BATCH = 32
@@ -238,14 +238,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
                 raise
         else:
             for queue_id in range(cfg.queue_count):
-                readable = cfg.readable and queue_id < cfg.read_queue_nums
-                writable = cfg.writable and queue_id < cfg.write_queue_nums
-                permission = {
-                    (True, True): d.READ_WRITE,
-                    (True, False): d.READ,
-                    (False, True): d.WRITE,
-                    (False, False): d.NONE,
-                }[(readable, writable)]
+                permission = queue_permission(queue_id, cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm)
                 queues.append(
                     d.MessageQueue(
                         topic=d.Resource(name=topic, resource_namespace=request.topic.resource_namespace),
