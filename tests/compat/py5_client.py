@@ -48,8 +48,9 @@ def _home() -> str:
     return tempfile.mkdtemp(prefix="txmq-py5-home-")
 
 
-def run_py5(args: Sequence[str], timeout: float = 60.0) -> list[Event]:
-    """Run one scenario to completion; a non-zero exit or a timeout fails the test with what it printed."""
+def run_py5(args: Sequence[str], timeout: float = 60.0, *, returncode: int = 0) -> list[Event]:
+    """Run one scenario to completion; another exit code than ``returncode`` or a timeout fails the test with what
+    it printed."""
     env = dict(os.environ, HOME=_home(), PYTHONUNBUFFERED="1")
     env.pop("PYTHONPATH", None)  # the client's venv must not see txmq's sources
     try:
@@ -65,7 +66,7 @@ def run_py5(args: Sequence[str], timeout: float = 60.0) -> list[Event]:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
         raise AssertionError(f"py5_driver {' '.join(map(str, args))} still running after {timeout}s:\n{out}") from None
     events = parse_events(proc.stdout)
-    if proc.returncode != 0:
+    if proc.returncode != returncode:
         raise AssertionError(
             f"py5_driver {' '.join(map(str, args))} exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n"
             f"{proc.stderr[-3000:]}"

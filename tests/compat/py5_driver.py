@@ -6,12 +6,16 @@ what it sent or received and a final ``summary``. Pytest (``tests/compat/py5_cli
     produce  --endpoints E --topic T --count N [--tag A] [--delay-ms D] [--message-group G]
     receive  --endpoints E --topic T --group G --expect N --invisible S --seconds S [--no-ack]
     push     --endpoints E --topic T --group G --seconds S [--fail] [--stop-after N]
+    transaction --endpoints E --topic T --count N --resolution commit|rollback|none --checker commit|rollback
+                [--die-after-half] [--hold S --stop-after-checks N]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import threading
 import time
@@ -155,10 +159,61 @@ def push(args: argparse.Namespace) -> int:
     return 0
 
 
+def transaction(args: argparse.Namespace) -> int:
+    from rocketmq import Message, Producer, TransactionChecker, TransactionResolution
+
+    answer = {"commit": TransactionResolution.COMMIT, "rollback": TransactionResolution.ROLLBACK}[args.checker]
+    checked = threading.Event()
+    checks = 0
+    lock = threading.Lock()
+
+    class Checker(TransactionChecker):
+        def check(self, message):  # the broker asks about a half message nobody decided
+            nonlocal checks
+            emit("checked", id=message.message_id, body=message.body.decode(errors="replace"), answer=args.checker)
+            with lock:
+                checks += 1
+                if args.stop_after_checks and checks >= args.stop_after_checks:
+                    checked.set()
+            return answer
+
+    producer = Producer(configuration(args), (args.topic,), checker=Checker())
+    producer.startup()
+    try:
+        for i in range(args.count):
+            message = Message()
+            message.topic = args.topic
+            message.body = f"{args.body_prefix}{i}".encode()
+            message.keys = f"key-{i}"
+            tx = producer.begin_transaction()
+            try:
+                receipt = producer.send(message, tx)
+            except Exception as exc:
+                emit("send_failed", index=i, error=f"{type(exc).__name__}: {exc}", log=client_errors())
+                continue
+            emit("half", index=i, id=receipt.message_id, body=message.body.decode())
+            if args.die_after_half:
+                os.kill(os.getpid(), signal.SIGKILL)  # the orphan: no decision, no goodbye
+            try:
+                if args.resolution == "commit":
+                    tx.commit()
+                elif args.resolution == "rollback":
+                    tx.rollback()
+                emit("ended", index=i, id=receipt.message_id, resolution=args.resolution)
+            except Exception as exc:
+                emit("end_failed", index=i, error=f"{type(exc).__name__}: {exc}")
+        if args.hold and checked.wait(args.hold):
+            time.sleep(2)  # the client answers (EndTransaction) after check() returns, on its own thread
+    finally:
+        producer.shutdown()
+    emit("summary", checks=checks)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="py5_driver")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("produce", "receive", "push"):
+    for name in ("produce", "receive", "push", "transaction"):
         p = sub.add_parser(name)
         p.add_argument("--endpoints", required=True)
         p.add_argument("--topic", required=True)
@@ -185,8 +240,17 @@ def main(argv: list[str] | None = None) -> int:
     push_p.add_argument("--seconds", type=float, default=20)
     push_p.add_argument("--fail", action="store_true")
     push_p.add_argument("--stop-after", type=int, default=0)
+    tx_p = sub.choices["transaction"]
+    tx_p.add_argument("--count", type=int, default=1)
+    tx_p.add_argument("--body-prefix", default="tx-")
+    tx_p.add_argument("--resolution", choices=["commit", "rollback", "none"], default="commit")
+    tx_p.add_argument("--checker", choices=["commit", "rollback"], default="commit")
+    tx_p.add_argument("--die-after-half", action="store_true")
+    tx_p.add_argument("--hold", type=float, default=0)
+    tx_p.add_argument("--stop-after-checks", type=int, default=0)
     args = parser.parse_args(argv)
-    return {"produce": produce, "receive": receive, "push": push}[args.command](args)
+    commands = {"produce": produce, "receive": receive, "push": push, "transaction": transaction}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -294,3 +294,34 @@ def test_two_brokers_each_serve_their_queues_and_routes_list_both(make_cluster: 
     assert set(per_broker) == {"broker-a", "broker-b"}, per_broker  # the route led the producer to both
     got = receive(cluster, topic, group, "--expect", "12", "--seconds", "30")
     assert sorted(e["id"] for e in got) == sorted(e["id"] for e in sent)
+
+
+def transact(cluster: DevCluster, topic: str, *extra: str, returncode: int = 0) -> list[dict[str, Any]]:
+    return run_py5(
+        ["transaction", "--endpoints", cluster.grpc_endpoint, "--topic", topic, *extra], 60, returncode=returncode
+    )
+
+
+def test_transactions_commit_and_rollback(grpc_cluster: DevCluster) -> None:
+    topic, group = _name("TTx"), _name("GTx")
+    committed = transact(grpc_cluster, topic, "--count", "2", "--resolution", "commit", "--body-prefix", "yes-")
+    rolled_back = transact(grpc_cluster, topic, "--count", "2", "--resolution", "rollback", "--body-prefix", "no-")
+    assert len(of(committed, "ended")) == 2 and len(of(rolled_back, "ended")) == 2, (committed, rolled_back)
+    got = receive(grpc_cluster, topic, group, "--expect", "3", "--seconds", "6")
+    assert sorted(e["body"] for e in got) == ["yes-0", "yes-1"]
+    assert sorted(e["id"] for e in got) == sorted(e["id"] for e in of(committed, "half"))
+
+
+def test_orphaned_transaction_is_committed_by_another_producer_and_delivered_once(grpc_cluster: DevCluster) -> None:
+    topic, group = _name("TOrphan"), _name("GOrphan")
+    first = transact(
+        grpc_cluster, topic, "--resolution", "none", "--die-after-half", "--body-prefix", "orphan-", returncode=-9
+    )
+    [half] = of(first, "half")
+    second = transact(
+        grpc_cluster, topic, "--count", "0", "--checker", "commit", "--hold", "30", "--stop-after-checks", "1"
+    )
+    checked = of(second, "checked")
+    assert checked and {c["id"] for c in checked} == {half["id"]}, second
+    got = receive(grpc_cluster, topic, group, "--expect", "2", "--seconds", "6")
+    assert [(e["id"], e["body"]) for e in got] == [(half["id"], "orphan-0")]

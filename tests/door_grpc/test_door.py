@@ -323,3 +323,60 @@ async def test_telemetry_answers_settings_with_the_brokers_limits(door: Any) -> 
     assert reply.settings.subscription.long_polling_timeout.seconds > 0
     await call.done_writing()
     call.cancel()
+
+
+def tx_message(topic: str, body: bytes, message_id: str) -> d.Message:
+    return message(topic, body, message_id, message_type=d.TRANSACTION)
+
+
+async def end(stub: Any, topic: str, entry: s.SendResultEntry, resolution: int, source: int = d.SOURCE_CLIENT) -> Any:
+    request = s.EndTransactionRequest(
+        topic=d.Resource(name=topic),
+        message_id=entry.message_id,
+        transaction_id=entry.transaction_id,
+        resolution=resolution,  # type: ignore[arg-type]
+        source=source,  # type: ignore[arg-type]
+    )
+    return await stub.EndTransaction(request, timeout=5)
+
+
+async def test_first_decision_wins_and_a_conflicting_one_is_refused(door: Any) -> None:
+    harness, stub, _ = door
+    await create_group(harness, "TxG")
+    [entry] = (await send(stub, tx_message("TxT", b"tx", "01D1"))).entries
+    assert entry.status.code == d.OK and entry.transaction_id
+    [nothing] = await receive(stub, "TxT", "TxG")
+    assert nothing.status.code == d.MESSAGE_NOT_FOUND  # a half message is not delivered
+    assert (await end(stub, "TxT", entry, d.COMMIT)).status.code == d.OK
+    conflict = await end(stub, "TxT", entry, d.ROLLBACK)
+    assert conflict.status.code == d.BAD_REQUEST and "commit" in conflict.status.message.lower()
+    assert (await end(stub, "TxT", entry, d.COMMIT)).status.code == d.OK  # the same decision again: nothing done
+    delivered = [r.message for r in await receive(stub, "TxT", "TxG") if r.HasField("message")]
+    assert [(m.system_properties.message_id, m.body) for m in delivered] == [("01D1", b"tx")]
+    bad = await end(stub, "TxT", s.SendResultEntry(message_id="01D1", transaction_id="nonsense"), d.COMMIT)
+    assert bad.status.code == d.INVALID_TRANSACTION_ID
+
+
+async def test_orphan_check_goes_to_a_producers_telemetry_stream(door: Any) -> None:
+    harness, stub, _ = door
+    await harness.stop()
+    await harness.start(transaction_time_out=1000, transaction_check_interval=1000)  # checks every second
+    call = stub.Telemetry(timeout=30)
+    await call.write(
+        s.TelemetryCommand(
+            settings=d.Settings(client_type=d.PRODUCER, publishing=d.Publishing(topics=[d.Resource(name="OrphanT")]))
+        )
+    )
+    assert (await call.read()).status.code == d.OK
+    [entry] = (await send(stub, tx_message("OrphanT", b"orphan", "01E1"))).entries
+    await harness.advance(3, step=1)
+    check = await asyncio.wait_for(call.read(), 10)
+    command = check.recover_orphaned_transaction_command
+    assert command.transaction_id == entry.transaction_id
+    assert (command.message.topic.name, command.message.body) == ("OrphanT", b"orphan")
+    answer = await end(stub, "OrphanT", entry, d.COMMIT, d.SOURCE_SERVER_CHECK)
+    assert answer.status.code == d.OK
+    call.cancel()
+    await create_group(harness, "OrphanG")
+    delivered = [r.message for r in await receive(stub, "OrphanT", "OrphanG") if r.HasField("message")]
+    assert [m.system_properties.message_id for m in delivered] == ["01E1"]

@@ -266,6 +266,8 @@ class BrokerApp:
             send=self.send_processor,
             schedule=self.schedule,
             pop=self.pop,
+            transactions=self.transactions,
+            clients=self.clients,
             acl=self.acl,
             delay_levels_ms=self.store_config.delay_levels_ms(),
             endpoints=lambda: (config.advertised_ip, config.grpc_listen_port),

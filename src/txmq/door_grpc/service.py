@@ -38,17 +38,28 @@ from txmq.door_grpc.pb import definition_pb2 as d
 from txmq.door_grpc.pb import service_pb2 as s
 from txmq.door_grpc.pb import service_pb2_grpc
 from txmq.door_grpc.peers import ACCEPTED_TYPES, queue_permission
+from txmq.door_grpc.telemetry import (
+    TelemetryStream,
+    parse_transaction_id,
+    peer_of,
+    producer_heartbeat,
+    transaction_id,
+)
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.record import MessageRecord, Prop, java_string_hash
+from txmq.txn.effects import DecisionRequest
+from txmq.txn.model import By, Decision
 
 if TYPE_CHECKING:
     from txmq.acl.service import AclService
+    from txmq.broker.clients import ClientRegistry
     from txmq.broker.config import BrokerConfig
     from txmq.broker.pop.service import PopService
     from txmq.broker.schedule import ScheduleService
     from txmq.broker.send import SendProcessor
     from txmq.broker.subscriptions import SubscriptionGroupManager
     from txmq.broker.topics import TopicConfig, TopicConfigManager
+    from txmq.broker.txn import TransactionService
     from txmq.clock import Clock
     from txmq.store.message_store import MessageStore
 
@@ -68,6 +79,9 @@ _REFUSAL_CODES = {
     ResponseCode.SERVICE_NOT_AVAILABLE: d.INTERNAL_SERVER_ERROR,
     ResponseCode.FLUSH_DISK_TIMEOUT: d.MASTER_PERSISTENCE_TIMEOUT,
 }
+_RESOLUTIONS = {d.COMMIT: Decision.COMMIT, d.ROLLBACK: Decision.ROLLBACK}
+# The core refuses a decision with SYSTEM_ERROR, as RocketMQ does: only these say the broker itself is in trouble.
+_SERVER_TROUBLE = frozenset({ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE})
 _POP_CODES = {
     PopProblem.BAD_REQUEST: d.BAD_REQUEST,
     PopProblem.INVALID_HANDLE: d.INVALID_RECEIPT_HANDLE,
@@ -124,13 +138,7 @@ def answering(response_type: type[R]) -> Callable[[Callable[..., Awaitable[R]]],
 
 
 def _peer_ip(context: grpc.aio.ServicerContext) -> str:
-    peer = context.peer() or ""
-    kind, _, rest = peer.partition(":")
-    if kind == "ipv4":
-        return rest.rpartition(":")[0]
-    if kind == "ipv6":
-        return rest.rpartition(":")[0].strip("[]")
-    return ""
+    return peer_of(context.peer() or "")[0]
 
 
 def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
@@ -156,6 +164,8 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         send: SendProcessor,
         schedule: ScheduleService,
         pop: PopService,
+        transactions: TransactionService,
+        clients: ClientRegistry,
         acl: AclService | None,
         delay_levels_ms: list[int],
         endpoints: Callable[[], tuple[str, int]],
@@ -169,7 +179,11 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         self.send = send
         self.schedule = schedule
         self.pop = pop
+        self.transactions = transactions
+        self.clients = clients
         self.acl = acl
+        self.store_host = (config.advertised_ip, config.listen_port)
+        self._streams: dict[str, TelemetryStream] = {}  # client id -> its open Telemetry stream
         self.delay_levels_ms = delay_levels_ms
         self.endpoints = endpoints
         self.peers = peers
@@ -258,7 +272,18 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
     async def Heartbeat(self, request: s.HeartbeatRequest, context: grpc.aio.ServicerContext) -> Any:
         needed = [(retry_topic(request.group.name), perm.SUB)] if request.group.name else []
         self._authorize(context, "Heartbeat", needed)
+        stream = self._streams.get(_metadata(context).get("x-mq-client-id", ""))
+        if stream is not None and stream.topics and not stream.closed:
+            self._register_producer(stream)
         return s.HeartbeatResponse(status=status())
+
+    def _register_producer(self, stream: TelemetryStream) -> None:
+        self.clients.heartbeat(
+            stream,
+            producer_heartbeat(stream.client_id, stream.topics),
+            now=self.clock.monotonic(),
+            language=stream.language,
+        )
 
     @answering(s.NotifyClientTerminationResponse)
     async def NotifyClientTermination(
@@ -344,24 +369,55 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
     async def Telemetry(
         self, request_iterator: AsyncIterator[s.TelemetryCommand], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[s.TelemetryCommand]:
+        """Answers the client's Settings and stays open: a producer's stream carries the broker's transaction checks
+        (``recover_orphaned_transaction_command``), so it is registered as a producer of each topic it publishes."""
         try:
             self._authorize(context, "Telemetry", [])
         except Refused as refused:
             yield s.TelemetryCommand(status=status(refused.code, refused.message))
             return
+        meta = _metadata(context)
+        stream = TelemetryStream(
+            meta.get("x-mq-client-id", "") or context.peer(),
+            peer_of(context.peer() or ""),
+            meta.get("x-mq-language", "") or "UNKNOWN",
+            self.store_host,
+        )
+        self._streams[stream.client_id] = stream
+        reader = asyncio.create_task(self._read_telemetry(request_iterator, stream), name="txmq-grpc-telemetry")
+        try:
+            while True:
+                command = await stream.outbox.get()
+                if command is None:
+                    break
+                yield command
+        finally:
+            stream.closed = True
+            reader.cancel()
+            self.clients.connection_closed(stream)
+            if self._streams.get(stream.client_id) is stream:
+                del self._streams[stream.client_id]
+
+    async def _read_telemetry(self, request_iterator: AsyncIterator[Any], stream: TelemetryStream) -> None:
         try:
             async for command in request_iterator:
                 if isinstance(command, Malformed):
-                    yield s.TelemetryCommand(status=status(d.BAD_REQUEST, command.problem))
+                    stream.outbox.put_nowait(s.TelemetryCommand(status=status(d.BAD_REQUEST, command.problem)))
                     continue
-                kind = command.WhichOneof("command")
-                if kind == "settings":
-                    yield s.TelemetryCommand(status=status(), settings=self.settings_for(command.settings))
-                # thread_stack_trace and verify_message_result answer commands txmq never sends; nothing to do.
+                if command.WhichOneof("command") != "settings":
+                    continue  # answers to commands txmq never sends (stack traces, message verification)
+                settings = command.settings
+                if settings.WhichOneof("pub_sub") == "publishing":
+                    stream.topics = sorted({t.name for t in settings.publishing.topics if t.name})
+                    if stream.topics:
+                        self._register_producer(stream)
+                stream.outbox.put_nowait(s.TelemetryCommand(status=status(), settings=self.settings_for(settings)))
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("gRPC Telemetry stream failed")
+            log.exception("reading the Telemetry stream of %s failed", stream.client_id)
+        finally:
+            stream.close()
 
     # -- send -----------------------------------------------------------------------------------------------------
 
@@ -387,7 +443,14 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
             result = await pending
             code = put_status_code(result)
             if code in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
-                entries.append(s.SendResultEntry(status=status(), message_id=message_id, offset=result.queue_offset))
+                tx_id = ""
+                if message.system_properties.message_type == d.TRANSACTION:
+                    tx_id = transaction_id(self.store_host, result.physical_offset, result.queue_offset)
+                entries.append(
+                    s.SendResultEntry(
+                        status=status(), message_id=message_id, transaction_id=tx_id, offset=result.queue_offset
+                    )
+                )
             else:
                 entries.append(
                     s.SendResultEntry(
@@ -414,8 +477,17 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
     def _store(self, message: d.Message, born_ip: str) -> Awaitable[Any]:
         topic = message.topic.name
         sp = message.system_properties
-        if sp.message_type == d.TRANSACTION:
-            raise Refused(d.UNSUPPORTED, "transactional messages through the gRPC door are not supported yet")
+        transactional = sp.message_type == d.TRANSACTION
+        if transactional and (sp.HasField("delivery_timestamp") or sp.message_group):
+            raise Refused(
+                d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                "a transactional message cannot have a delivery time or a message group",
+            )
+        if transactional and self.config.reject_transaction_message:
+            raise Refused(
+                d.FORBIDDEN,
+                f"broker {self.config.broker_name} takes no transactional messages (rejectTransactionMessage=true)",
+            )
         try:
             cfg = self.send.check_topic(topic)
         except BrokerRefusal as refusal:
@@ -444,6 +516,17 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
             store_host=(self.config.advertised_ip, self.config.listen_port),
             properties=props,
         )
+        if transactional:
+            # As the proxy does: the topic is the producer group, which the broker's checks go to.
+            props[Prop.TRAN_MSG] = "true"
+            props[Prop.PGROUP] = topic
+            immunity = sp.orphaned_transaction_recovery_duration.seconds
+            if sp.HasField("orphaned_transaction_recovery_duration") and immunity > 0:
+                props[Prop.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(immunity)
+            try:
+                return self.transactions.prepare(record)
+            except BrokerRefusal as refusal:
+                raise Refused(_REFUSAL_CODES.get(refusal.code, d.INTERNAL_SERVER_ERROR), refusal.remark) from None
         if sp.HasField("delivery_timestamp"):
             if group:
                 raise Refused(d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a FIFO message cannot have a delivery time")
@@ -594,7 +677,39 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
 
     @answering(s.EndTransactionResponse)
     async def EndTransaction(self, request: s.EndTransactionRequest, context: grpc.aio.ServicerContext) -> Any:
-        raise Refused(d.NOT_IMPLEMENTED, "transactions through the gRPC door are not supported yet")
+        """COMMIT or ROLLBACK from the producer (SOURCE_CLIENT) or as a check's answer (SOURCE_SERVER_CHECK), decided
+        by the transaction core under the same rules as the 4.x door: the first decision wins."""
+        topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
+        self._authorize(context, "EndTransaction", [(topic, perm.PUB)])
+        try:
+            phys, queue_offset = parse_transaction_id(request.transaction_id)
+        except ValueError as exc:
+            raise Refused(d.INVALID_TRANSACTION_ID, str(exc)) from None
+        decision = _RESOLUTIONS.get(request.resolution)
+        from_check = request.source == d.SOURCE_SERVER_CHECK
+        group = topic  # the producer group of a 5.x transactional message (see _store)
+        if from_check:
+            self.transactions.note_answer(phys, group, decision.name if decision is not None else "UNKNOWN")
+        if decision is None:
+            return s.EndTransactionResponse(
+                status=status(d.OK, "transaction state unknown; the broker will check it later")
+            )
+        req = DecisionRequest(
+            phys,
+            decision,
+            By.CHECK if from_check else By.PRODUCER,
+            group,
+            queue_offset,
+            request.message_id or request.transaction_id,
+            request.transaction_id,
+            _peer_ip(context),
+        )
+        outcome = self.transactions.decide(req)
+        code, remark = outcome if isinstance(outcome, tuple) else await outcome
+        if code == ResponseCode.SUCCESS:
+            return s.EndTransactionResponse(status=status(d.OK, remark or "OK"))
+        grpc_code = d.INTERNAL_SERVER_ERROR if code in _SERVER_TROUBLE else d.BAD_REQUEST
+        return s.EndTransactionResponse(status=status(grpc_code, remark or f"refused ({code})"))
 
     @answering(s.UpdateOffsetResponse)
     async def UpdateOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
