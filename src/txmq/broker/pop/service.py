@@ -324,7 +324,8 @@ class PopService:
             if progress is not None:
                 self.offsets.commit(group, topic, queue_id, progress.low_water())
         if self.journal.size > COMPACT_JOURNAL_BYTES and self.journal.idle:
-            await asyncio.get_running_loop().run_in_executor(None, self.journal.compact, self.table)
+            # In the loop, not a thread: no append may start while the journal is swapped for a snapshot.
+            self.journal.compact(self.table)
 
     # -- revive ---------------------------------------------------------------------------------------------------
 
