@@ -7,7 +7,6 @@ that a 4.x consumer reads it as it would one from the proxy, and the other way r
 
 from __future__ import annotations
 
-import ipaddress
 import zlib
 
 from google.protobuf.duration_pb2 import Duration
@@ -77,9 +76,8 @@ def parse_host(text: str) -> tuple[str, int]:
     if not host:
         host, port = text, "0"
     host = host.strip("[]") or "127.0.0.1"
-    try:
-        ipaddress.IPv4Address(host)
-    except ValueError:
+    parts = host.split(".")
+    if len(parts) != 4 or not all(p.isdigit() and int(p) < 256 for p in parts):
         host = "127.0.0.1"  # the record layout holds IPv4 born hosts here; an IPv6 or a name is not kept
     try:
         return host, int(port) & 0xFFFF
