@@ -8,17 +8,14 @@ import os
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.cluster_harness import DevCluster
 from tests.compat.java_client import JVM_FLAGS
-from tests.compat.test_py5_client import GRPC_CONF, create_group
-
-from txmq.client.sync import Admin
-from txmq.testing import eventually
+from tests.compat.test_py5_client import create_group, dead_letters
 
 from .cpp_client import parse_events
 from .py5_client import of
@@ -63,44 +60,33 @@ def _name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    cluster = DevCluster(tmp_path_factory.mktemp("txmq-java5"), dict(GRPC_CONF)).start()
-    yield cluster
-    cluster.stop()
-
-
-def test_producer_and_simple_consumer(cluster: DevCluster) -> None:
+def test_producer_and_simple_consumer(grpc_cluster: DevCluster) -> None:
     topic, group = _name("TJ5"), _name("GJ5")
-    events = run_java5(["produce", cluster.grpc_endpoint, topic, 5])
+    events = run_java5(["produce", grpc_cluster.grpc_endpoint, topic, 5])
     assert of(events, "summary")[0] == {"event": "summary", "sent": 5, "failed": 0}, events
     sent = {e["id"]: e for e in of(events, "sent")}
-    got = of(run_java5(["receive", cluster.grpc_endpoint, topic, group, 5, 20]), "received")
+    got = of(run_java5(["receive", grpc_cluster.grpc_endpoint, topic, group, 5, 20]), "received")
     assert sorted(e["id"] for e in got) == sorted(sent)
     for e in got:
         assert (e["body"], e["tag"], e["topic"], e["attempt"]) == (sent[e["id"]]["body"], "TagJ", topic, 1)
         assert e["index"] == str(sent[e["id"]]["index"])
 
 
-def test_fifo_producer_and_push_consumer(cluster: DevCluster) -> None:
+def test_fifo_producer_and_push_consumer(grpc_cluster: DevCluster) -> None:
     topic, group = _name("TJ5Fifo"), _name("GJ5Fifo")
-    events = run_java5(["produce", cluster.grpc_endpoint, topic, 6, "order-{k}"])
+    events = run_java5(["produce", grpc_cluster.grpc_endpoint, topic, 6, "order-{k}"])
     assert of(events, "summary")[0]["sent"] == 6, events
-    consumed = of(run_java5(["push", cluster.grpc_endpoint, topic, group, 6, 40]), "consumed")
+    consumed = of(run_java5(["push", grpc_cluster.grpc_endpoint, topic, group, 6, 40]), "consumed")
     assert sorted(e["id"] for e in consumed) == sorted(e["id"] for e in of(events, "sent"))
     assert {e["group"] for e in consumed} == {"order-0", "order-1", "order-2"}
 
 
-def test_push_consumer_failures_end_in_the_dlq(cluster: DevCluster) -> None:
+def test_push_consumer_failures_end_in_the_dlq(grpc_cluster: DevCluster) -> None:
     topic, group = _name("TJ5Dlq"), _name("GJ5Dlq")
-    create_group(cluster, group, retry_max_times=1)
-    sent = of(run_java5(["produce", cluster.grpc_endpoint, topic, 1]), "sent")
-    consumed = of(run_java5(["push", cluster.grpc_endpoint, topic, group, 2, 40, "fail"]), "consumed")
+    create_group(grpc_cluster, group, retry_max_times=1)
+    sent = of(run_java5(["produce", grpc_cluster.grpc_endpoint, topic, 1]), "sent")
+    consumed = of(run_java5(["push", grpc_cluster.grpc_endpoint, topic, group, 2, 40, "fail"]), "consumed")
     assert [(e["id"], e["attempt"]) for e in consumed] == [(sent[0]["id"], 1), (sent[0]["id"], 2)]
 
-    def dead_letters() -> list[dict[str, Any]]:
-        with Admin(cluster.namesrv_addr) as admin:
-            return admin.dead_letters(group)
-
-    rows = eventually(dead_letters, "the message reaches %DLQ%", timeout=30)
+    rows = dead_letters(grpc_cluster, group)
     assert [r["originTopic"] for r in rows] == [topic]

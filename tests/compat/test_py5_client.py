@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import orjson
 import pytest
 from tests.acl.acl_support import BASE_ACL, PUB_KEY, PUB_SECRET, SUB_KEY, SUB_SECRET, TOPIC, start_acl_cluster
 from tests.cluster_harness import DevCluster
-from tests.conftest import TEST_BROKER_CONF
+from tests.compat.conftest import GRPC_CONF
 
 from txmq.client import Message, PullConsumer, PullStatus
 from txmq.client.sync import Admin, Producer
@@ -29,24 +28,9 @@ from .py5_client import of, run_py5
 
 pytestmark = pytest.mark.slow
 
-# Short retry back-offs (levels 3 and 4: 1 s), and levels up to 5 s for delivery times.
-GRPC_CONF = {
-    **TEST_BROKER_CONF,
-    "messageDelayLevel": "1s 1s 1s 1s 3s 5s 10s",
-    "minInvisibleTimeMillsForRecv": "1000",
-    "grpcPushLongPollingMills": "3000",  # a push consumer's close waits for its pending receive
-}
-
 
 def _name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def grpc_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    cluster = DevCluster(tmp_path_factory.mktemp("txmq-grpc"), dict(GRPC_CONF)).start()
-    yield cluster
-    cluster.stop()
 
 
 def produce(cluster: DevCluster, topic: str, count: int, *extra: str) -> list[dict[str, Any]]:
@@ -63,6 +47,23 @@ def receive(cluster: DevCluster, topic: str, group: str, *extra: str, timeout: f
     return of(events, "received")
 
 
+def push(cluster: DevCluster, topic: str, group: str, *extra: str) -> list[dict[str, Any]]:
+    events = run_py5(
+        ["push", "--endpoints", cluster.grpc_endpoint, "--topic", topic, "--group", group, *extra], timeout=60
+    )
+    return of(events, "consumed")
+
+
+def dead_letters(cluster: DevCluster, group: str) -> list[dict[str, Any]]:
+    """``%DLQ%<group>`` through txmq's admin (waits until something is there)."""
+
+    def rows() -> list[dict[str, Any]]:
+        with Admin(cluster.namesrv_addr) as admin:
+            return admin.dead_letters(group)
+
+    return eventually(rows, f"a message reaches %DLQ%{group}", timeout=30)
+
+
 def create_group(cluster: DevCluster, group: str, retry_max_times: int) -> None:
     async def main() -> None:
         conn = await connect("127.0.0.1", cluster.broker_port)
@@ -75,6 +76,21 @@ def create_group(cluster: DevCluster, group: str, retry_max_times: int) -> None:
             conn.close()
 
     asyncio.run(main())
+
+
+def pull_everything(cluster: DevCluster, topic: str) -> list[Any]:
+    """Every message of ``topic``, read through the 4.x door by txmq's own PullConsumer."""
+
+    async def pull_all() -> list[Any]:
+        out: list[Any] = []
+        async with PullConsumer(_name("reader"), cluster.namesrv_addr) as reader:
+            for mq in await reader.fetch_queues(topic):
+                result = await reader.pull(mq, "*", 0, 32)
+                if result.status is PullStatus.FOUND:
+                    out.extend(result.messages)
+        return out
+
+    return asyncio.run(pull_all())
 
 
 def test_normal_messages_are_received_once_with_their_properties(grpc_cluster: DevCluster) -> None:
@@ -132,54 +148,18 @@ def test_push_consumer_failures_are_retried_then_dead_lettered(grpc_cluster: Dev
     topic, group = _name("TPush"), _name("GPush")
     create_group(grpc_cluster, group, retry_max_times=2)
     sent = produce(grpc_cluster, topic, 1)
-    events = run_py5(
-        [
-            "push",
-            "--endpoints",
-            grpc_cluster.grpc_endpoint,
-            "--topic",
-            topic,
-            "--group",
-            group,
-            "--fail",
-            "--seconds",
-            "40",
-            "--stop-after",
-            "3",
-        ],
-        timeout=60,
-    )
-    consumed = of(events, "consumed")
+    consumed = push(grpc_cluster, topic, group, "--fail", "--seconds", "40", "--stop-after", "3")
     assert [(e["id"], e["attempt"], e["topic"]) for e in consumed] == [(sent[0]["id"], n, topic) for n in (1, 2, 3)]
 
-    def dead_letters() -> list[dict[str, Any]]:
-        with Admin(grpc_cluster.namesrv_addr) as admin:
-            return admin.dead_letters(group)
-
-    rows = eventually(dead_letters, "the message reaches %DLQ%", timeout=30)
+    rows = dead_letters(grpc_cluster, group)
     assert [(r["originTopic"], r["reconsumeTimes"]) for r in rows] == [(topic, 3)], rows
 
 
 def test_push_consumer_success(grpc_cluster: DevCluster) -> None:
     topic, group = _name("TPushOk"), _name("GPushOk")
     sent = produce(grpc_cluster, topic, 5)
-    events = run_py5(
-        [
-            "push",
-            "--endpoints",
-            grpc_cluster.grpc_endpoint,
-            "--topic",
-            topic,
-            "--group",
-            group,
-            "--seconds",
-            "30",
-            "--stop-after",
-            "5",
-        ],
-        timeout=45,
-    )
-    assert sorted(e["id"] for e in of(events, "consumed")) == sorted(e["id"] for e in sent)
+    consumed = push(grpc_cluster, topic, group, "--seconds", "30", "--stop-after", "5")
+    assert sorted(e["id"] for e in consumed) == sorted(e["id"] for e in sent)
     assert receive(grpc_cluster, topic, group, "--seconds", "3") == []
 
 
@@ -197,16 +177,7 @@ def test_sent_through_grpc_received_through_4x(grpc_cluster: DevCluster) -> None
     topic = _name("TInterop5")
     sent = produce(grpc_cluster, topic, 4, "--tag", "t5")
 
-    async def pull_all() -> list[Any]:
-        out: list[Any] = []
-        async with PullConsumer(_name("reader"), grpc_cluster.namesrv_addr) as reader:
-            for mq in await reader.fetch_queues(topic):
-                result = await reader.pull(mq, "*", 0, 32)
-                if result.status is PullStatus.FOUND:
-                    out.extend(result.messages)
-        return out
-
-    messages = asyncio.run(pull_all())
+    messages = pull_everything(grpc_cluster, topic)
     assert sorted(m.msg_id for m in messages) == sorted(e["id"] for e in sent)
     assert sorted(m.body for m in messages) == sorted(e["body"].encode() for e in sent)
     assert {m.tags for m in messages} == {"t5"}
@@ -218,16 +189,7 @@ def test_one_topic_two_doors_two_groups_each_see_every_message(grpc_cluster: Dev
     got = receive(grpc_cluster, topic, group, "--expect", "3", "--seconds", "20")
     assert sorted(e["id"] for e in got) == sorted(e["id"] for e in sent)
 
-    async def pull_all() -> list[str]:
-        async with PullConsumer(_name("other"), grpc_cluster.namesrv_addr) as reader:
-            ids = []
-            for mq in await reader.fetch_queues(topic):
-                result = await reader.pull(mq, "*", 0, 32)
-                if result.status is PullStatus.FOUND:
-                    ids.extend(m.msg_id for m in result.messages)
-            return ids
-
-    assert sorted(asyncio.run(pull_all())) == sorted(e["id"] for e in sent)
+    assert sorted(m.msg_id for m in pull_everything(grpc_cluster, topic)) == sorted(e["id"] for e in sent)
 
 
 def test_acked_messages_stay_acked_across_kill_9_and_unacked_ones_come_back(make_cluster: Any) -> None:

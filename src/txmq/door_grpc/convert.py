@@ -15,40 +15,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from txmq.broker.schedule import PROP_DLQ_REASON
 from txmq.door_grpc.pb import definition_pb2 as d
 from txmq.protocol.record import MessageRecord, Prop, SysFlag
+from txmq.protocol.record.properties import SYSTEM_PROPERTIES
 
 PROP_MESSAGE_GROUP = "__SHARDINGKEY"
 PROP_DELIVER_MS = "TIMER_DELIVER_MS"
 
 # Properties that are system properties on the 5.x wire (or the broker's own bookkeeping), not user properties.
-SYSTEM_PROPERTY_KEYS = frozenset(
-    {
-        Prop.UNIQ_KEY,
-        Prop.TAGS,
-        Prop.KEYS,
-        Prop.WAIT,
-        Prop.DELAY,
-        Prop.RETRY_TOPIC,
-        Prop.REAL_TOPIC,
-        Prop.REAL_QID,
-        Prop.TRAN_MSG,
-        Prop.PGROUP,
-        Prop.MIN_OFFSET,
-        Prop.MAX_OFFSET,
-        Prop.ORIGIN_MESSAGE_ID,
-        Prop.RECONSUME_TIME,
-        Prop.MAX_RECONSUME_TIMES,
-        Prop.CONSUME_START_TIME,
-        Prop.TRAN_PREPARED_QUEUE_OFFSET,
-        Prop.TRANSACTION_CHECK_TIMES,
-        Prop.CHECK_IMMUNITY_TIME_IN_SECONDS,
-        Prop.CLUSTER,
-        Prop.MSG_REGION,
-        Prop.TRACE_ON,
-        Prop.TRANSACTION_ID,
-        PROP_MESSAGE_GROUP,
-        PROP_DELIVER_MS,
-    }
-)
+SYSTEM_PROPERTY_KEYS = SYSTEM_PROPERTIES | {Prop.TRANSACTION_ID, PROP_MESSAGE_GROUP, PROP_DELIVER_MS}
 
 
 class MessageProblem(ValueError):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from txmq.broker.pop.journal import PopJournal
 from txmq.broker.pop.state import Entry, IllegalPopTransition, Lease, PopTable, QueueKey
-from txmq.broker.schedule import PROP_DLQ_REASON, PROP_LAST_FAILURE, clip_reason
+from txmq.broker.schedule import PROP_DLQ_REASON, PROP_LAST_FAILURE, clip_reason, reconsume_copy
 from txmq.protocol.record import MessageRecord, Prop
 from txmq.protocol.topics import PERM_READ, PERM_WRITE, dlq_topic, is_retry_topic, retry_topic
 from txmq.store.message_store import PutStatus
@@ -396,18 +396,7 @@ class PopService:
             target_queue = self._random.randrange(queues)
         if self.topics.ensure(target, queues, PERM_READ | PERM_WRITE)[1]:
             self.topic_changed()
-        copy = MessageRecord(
-            topic=target,
-            body=record.body,
-            queue_id=target_queue,
-            flag=record.flag,
-            sys_flag=record.sys_flag,
-            born_timestamp=record.born_timestamp,
-            born_host=record.born_host,
-            store_host=self.store_host,
-            reconsume_times=record.reconsume_times + 1,
-            properties=props,
-        )
+        copy = reconsume_copy(record, target, target_queue, self.store_host, props)
         result = await self.store.put(copy)
         if result.status not in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
             log.error("pop: storing the %s copy of %s failed: %s", target, record.offset_msg_id, result.status.value)
