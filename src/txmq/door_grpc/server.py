@@ -43,9 +43,14 @@ class GrpcDoor:
         )
         server.add_generic_rpc_handlers((messaging_handlers(self.door),))
         address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-        port = server.add_insecure_port(address)
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError as exc:  # grpc raises when the address is taken
+            port, problem = 0, str(exc)
+        else:
+            problem = "address in use?"
         if port == 0:
-            raise OSError(f"the gRPC door cannot listen on {address}")
+            raise OSError(f"the gRPC door cannot listen on {address} ({problem}); grpcListenPort=0 turns it off")
         await server.start()
         self._server = server
         self.port = port
