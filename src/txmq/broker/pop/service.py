@@ -253,7 +253,6 @@ class PopService:
             if entries:
                 await self._persist(entries)
             if out:
-                self._kick_reviver()
                 return out
             remaining = give_up - self.clock.monotonic()
             if remaining <= 0:
@@ -304,7 +303,8 @@ class PopService:
         except IllegalPopTransition as exc:
             raise PopError(PopProblem.INVALID_HANDLE, f"change of invisible duration refused: {exc}") from None
         await self._persist([entry])
-        self._kick_reviver()
+        if invisible_ms < REVIVE_TICK_SECONDS * 1000:
+            self._kick_reviver()  # sooner than the loop's next look (which is at most a tick away)
         return ReceiptHandle(parsed.topic, parsed.queue_id, parsed.offset, generation).text()
 
     async def dead_letter(self, group: str, handle: str, reason: str) -> None:
