@@ -40,7 +40,7 @@ def _home() -> str:
     return tempfile.mkdtemp(prefix="txmq-java5-home-")  # the client logs under ~/logs
 
 
-def run_java5(args: Sequence[str], timeout: float = 90) -> list[dict[str, Any]]:
+def run_java5(args: Sequence[str], timeout: float = 90, *, returncode: int = 0) -> list[dict[str, Any]]:
     out = _built()
     command = [
         "java",
@@ -52,7 +52,9 @@ def run_java5(args: Sequence[str], timeout: float = 90) -> list[dict[str, Any]]:
         *map(str, args),
     ]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    assert proc.returncode == 0, f"{' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == returncode, (
+        f"{' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    )
     return parse_events(proc.stdout)
 
 
@@ -90,3 +92,17 @@ def test_push_consumer_failures_end_in_the_dlq(grpc_cluster: DevCluster) -> None
 
     rows = dead_letters(grpc_cluster, group)
     assert [r["originTopic"] for r in rows] == [topic]
+
+
+def test_transactions_commit_rollback_and_an_orphan_answered_by_a_second_jvm(grpc_cluster: DevCluster) -> None:
+    topic, group = _name("TJ5Tx"), _name("GJ5Tx")
+    endpoint = grpc_cluster.grpc_endpoint
+    committed = run_java5(["transaction", endpoint, topic, 2, "commit"])
+    rolled_back = run_java5(["transaction", endpoint, topic, 1, "rollback"])
+    assert len(of(committed, "ended")) == 2 and len(of(rolled_back, "ended")) == 1, (committed, rolled_back)
+    orphan = run_java5(["transaction", endpoint, topic, 1, "die"], returncode=9)
+    [half] = of(orphan, "half")
+    second = run_java5(["transaction", endpoint, topic, 0, "commit", 30])
+    assert {e["id"] for e in of(second, "checked")} == {half["id"]}, second
+    got = of(run_java5(["receive", endpoint, topic, group, 4, 20]), "received")
+    assert sorted(e["id"] for e in got) == sorted([*(e["id"] for e in of(committed, "half")), half["id"]])

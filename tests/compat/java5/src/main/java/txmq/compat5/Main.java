@@ -25,6 +25,8 @@ import org.apache.rocketmq.client.apis.message.MessageBuilder;
 import org.apache.rocketmq.client.apis.message.MessageView;
 import org.apache.rocketmq.client.apis.producer.Producer;
 import org.apache.rocketmq.client.apis.producer.SendReceipt;
+import org.apache.rocketmq.client.apis.producer.Transaction;
+import org.apache.rocketmq.client.apis.producer.TransactionResolution;
 
 /**
  * Scenarios for the official RocketMQ 5.x Java client (gRPC). Each prints one JSON object per line: what it sent or
@@ -34,7 +36,10 @@ import org.apache.rocketmq.client.apis.producer.SendReceipt;
  *   produce ENDPOINTS TOPIC COUNT [GROUP_PATTERN|-] [DELAY_MS]
  *   receive ENDPOINTS TOPIC GROUP EXPECT SECONDS [noack]
  *   push    ENDPOINTS TOPIC GROUP EXPECT SECONDS [fail]
+ *   transaction ENDPOINTS TOPIC COUNT commit|rollback|die [HOLD_SECONDS]
  * </pre>
+ * A transactional producer's checker answers COMMIT and prints each check; with HOLD_SECONDS it stays up until the
+ * first check (plus a moment for its answer) or that long; "die" halts the JVM right after the first half message.
  */
 public final class Main {
     private Main() {
@@ -210,6 +215,49 @@ public final class Main {
         return 0;
     }
 
+    static int transaction(String[] a) throws Exception {
+        ClientServiceProvider provider = ClientServiceProvider.loadService();
+        String topic = a[2];
+        int count = Integer.parseInt(a[3]);
+        String mode = a[4];
+        double hold = a.length > 5 ? Double.parseDouble(a[5]) : 0;
+        CountDownLatch checked = new CountDownLatch(1);
+        Producer producer = provider.newProducerBuilder()
+            .setClientConfiguration(configuration(a[1])).setTopics(topic)
+            .setTransactionChecker(m -> {
+                emit("checked", describe(m));
+                checked.countDown();
+                return TransactionResolution.COMMIT;
+            })
+            .build();
+        try {
+            for (int i = 0; i < count; i++) {
+                String body = "jtx-" + i;
+                Message message = provider.newMessageBuilder().setTopic(topic).setKeys("key-" + i)
+                    .setBody(body.getBytes(StandardCharsets.UTF_8)).build();
+                Transaction tx = producer.beginTransaction();
+                SendReceipt receipt = producer.send(message, tx);
+                emit("half", fields("index", i, "id", receipt.getMessageId().toString(), "body", body));
+                if ("die".equals(mode)) {
+                    Runtime.getRuntime().halt(9);  // the orphan: no decision, no shutdown hooks
+                }
+                if ("commit".equals(mode)) {
+                    tx.commit();
+                } else {
+                    tx.rollback();
+                }
+                emit("ended", fields("index", i, "id", receipt.getMessageId().toString(), "resolution", mode));
+            }
+            if (hold > 0 && checked.await((long) (hold * 1000), TimeUnit.MILLISECONDS)) {
+                Thread.sleep(2000);  // the client answers (EndTransaction) after the checker returns
+            }
+        } finally {
+            producer.close();
+        }
+        emit("summary", fields("checked", checked.getCount() == 0));
+        return 0;
+    }
+
     public static void main(String[] args) throws Exception {
         int code;
         switch (args[0]) {
@@ -221,6 +269,9 @@ public final class Main {
                 break;
             case "push":
                 code = push(args);
+                break;
+            case "transaction":
+                code = transaction(args);
                 break;
             default:
                 System.err.println("unknown scenario " + args[0]);
