@@ -141,7 +141,8 @@ def push(args: argparse.Namespace) -> int:
     class Listener(MessageListener):
         def consume(self, message):
             nonlocal consumed
-            result = ConsumeResult.FAILURE if args.fail else ConsumeResult.SUCCESS
+            failing = args.fail or message.body.decode(errors="replace") == args.fail_body
+            result = ConsumeResult.FAILURE if failing else ConsumeResult.SUCCESS
             emit("consumed", result=result.name, **describe(message))
             with lock:
                 consumed += 1
@@ -239,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     push_p.add_argument("--group", required=True)
     push_p.add_argument("--seconds", type=float, default=20)
     push_p.add_argument("--fail", action="store_true")
+    push_p.add_argument("--fail-body", default=None, help="fail only the message with this body")
     push_p.add_argument("--stop-after", type=int, default=0)
     tx_p = sub.choices["transaction"]
     tx_p.add_argument("--count", type=int, default=1)

@@ -64,11 +64,13 @@ def dead_letters(cluster: DevCluster, group: str) -> list[dict[str, Any]]:
     return eventually(rows, f"a message reaches %DLQ%{group}", timeout=30)
 
 
-def create_group(cluster: DevCluster, group: str, retry_max_times: int) -> None:
+def create_group(cluster: DevCluster, group: str, retry_max_times: int, *, orderly: bool = False) -> None:
     async def main() -> None:
         conn = await connect("127.0.0.1", cluster.broker_port)
         try:
-            body = orjson.dumps({"groupName": group, "retryMaxTimes": retry_max_times})
+            body = orjson.dumps(
+                {"groupName": group, "retryMaxTimes": retry_max_times, "consumeMessageOrderly": orderly}
+            )
             cmd = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
             resp = await conn.request(cmd, timeout=5)
             assert resp.code == 0, resp.remark
@@ -287,3 +289,15 @@ def test_orphaned_transaction_is_committed_by_another_producer_and_delivered_onc
     assert checked and {c["id"] for c in checked} == {half["id"]}, second
     got = receive(grpc_cluster, topic, group, "--expect", "2", "--seconds", "6")
     assert [(e["id"], e["body"]) for e in got] == [(half["id"], "orphan-0")]
+
+
+def test_fifo_push_consumer_keeps_a_groups_order_through_a_failing_message(grpc_cluster: DevCluster) -> None:
+    topic, group = _name("TFifoPush"), _name("GFifoPush")
+    create_group(grpc_cluster, group, retry_max_times=2, orderly=True)
+    produce(grpc_cluster, topic, 4, "--message-group", "one-order")
+    consumed = push(grpc_cluster, topic, group, "--fail-body", "m-1", "--seconds", "40", "--stop-after", "6")
+    bodies = [e["body"] for e in consumed]
+    # m-1 fails every attempt (three: retryMaxTimes 2 + 1) and goes to the DLQ; nothing overtakes it.
+    assert bodies == ["m-0", "m-1", "m-1", "m-1", "m-2", "m-3"], consumed
+    rows = dead_letters(grpc_cluster, group)
+    assert [r["originTopic"] for r in rows] == [topic]

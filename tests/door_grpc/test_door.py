@@ -67,14 +67,16 @@ async def receive(stub: Any, topic: str, group: str, invisible_s: int = 5) -> li
     return [r async for r in stub.ReceiveMessage(request, timeout=5)]
 
 
-async def create_group(harness: InProcessBroker, group: str, retry_max_times: int = 16) -> None:
+async def create_group(
+    harness: InProcessBroker, group: str, retry_max_times: int = 16, *, orderly: bool = False
+) -> None:
     import orjson
 
     from txmq.protocol.codes import RequestCode
     from txmq.protocol.frame import RemotingCommand
 
     conn = await harness.connect()
-    body = orjson.dumps({"groupName": group, "retryMaxTimes": retry_max_times})
+    body = orjson.dumps({"groupName": group, "retryMaxTimes": retry_max_times, "consumeMessageOrderly": orderly})
     resp = await conn.request(
         RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body), timeout=5
     )
@@ -380,3 +382,40 @@ async def test_orphan_check_goes_to_a_producers_telemetry_stream(door: Any) -> N
     await create_group(harness, "OrphanG")
     delivered = [r.message for r in await receive(stub, "OrphanT", "OrphanG") if r.HasField("message")]
     assert [m.system_properties.message_id for m in delivered] == ["01E1"]
+
+
+async def ack_all(stub: Any, topic: str, group: str, messages: list[d.Message]) -> None:
+    entries = [
+        s.AckMessageEntry(message_id=m.system_properties.message_id, receipt_handle=m.system_properties.receipt_handle)
+        for m in messages
+    ]
+    request = s.AckMessageRequest(group=d.Resource(name=group), topic=d.Resource(name=topic), entries=entries)
+    assert (await stub.AckMessage(request, timeout=5)).status.code == d.OK
+
+
+async def test_a_fifo_group_gets_a_queue_in_order_and_an_expired_message_back_in_place(door: Any) -> None:
+    harness, stub, _ = door
+    await create_group(harness, "FifoG", retry_max_times=2, orderly=True)
+    group_msg = {"message_group": "order-1"}
+    await send(stub, message("FifoT", b"m0", "01F0", **group_msg), message("FifoT", b"m1", "01F1", **group_msg))
+
+    async def got() -> list[d.Message]:
+        return [r.message for r in await receive(stub, "FifoT", "FifoG") if r.HasField("message")]
+
+    first = await got()
+    assert [(m.body, m.system_properties.delivery_attempt) for m in first] == [(b"m0", 1), (b"m1", 1)]
+    await send(stub, message("FifoT", b"m2", "01F2", **group_msg))
+    assert await got() == []  # the queue is held: m2 waits behind m0 and m1
+    await harness.clock.advance(6)
+    again = await aeventually(got, "the held messages come back in place")
+    assert [(m.body, m.system_properties.delivery_attempt, m.topic.name) for m in again] == [
+        (b"m0", 2, "FifoT"),
+        (b"m1", 2, "FifoT"),
+    ]
+    await ack_all(stub, "FifoT", "FifoG", again)
+    assert [m.body for m in await got()] == [b"m2"]
+    call = stub.Telemetry(timeout=5)
+    settings = d.Settings(client_type=d.PUSH_CONSUMER, subscription=d.Subscription(group=d.Resource(name="FifoG")))
+    await call.write(s.TelemetryCommand(settings=settings))
+    assert (await call.read()).settings.subscription.fifo is True
+    call.cancel()

@@ -357,7 +357,8 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
                     ),
                 )
             )
-            reply.subscription.fifo = False
+            sub = self.subscriptions.get(group)
+            reply.subscription.fifo = bool(sub is not None and sub.consume_message_orderly)
             reply.subscription.receive_batch_size = MAX_BATCH
             if not client.subscription.HasField("long_polling_timeout"):
                 millis = self.config.grpc_push_long_polling_mills

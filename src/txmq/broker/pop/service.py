@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from txmq.broker.pop.journal import PopJournal
-from txmq.broker.pop.state import Entry, IllegalPopTransition, Lease, PopTable, QueueKey
+from txmq.broker.pop.state import Entry, IllegalPopTransition, Lease, LeaseState, PopTable, QueueKey
 from txmq.broker.schedule import PROP_DLQ_REASON, PROP_LAST_FAILURE, clip_reason, reconsume_copy
 from txmq.protocol.record import MessageRecord, Prop
 from txmq.protocol.topics import PERM_READ, PERM_WRITE, dlq_topic, is_retry_topic, retry_topic
@@ -190,9 +190,10 @@ class PopService:
         return sources[shift:] + sources[:shift]
 
     def _take(
-        self, group: str, topic: str, tags: Collection[str] | None, batch: int, invisible_ms: int
+        self, group: str, topic: str, tags: Collection[str] | None, batch: int, invisible_ms: int, fifo: bool
     ) -> tuple[list[Received], list[Entry]]:
-        """Lease up to ``batch`` messages at once (no await: nothing else can lease them meanwhile)."""
+        """Lease up to ``batch`` messages at once (no await: nothing else can lease them meanwhile). A FIFO group
+        takes nothing from a queue while it holds a message of it, and gets messages due again in place first."""
         deadline = self.clock.now_ms() + invisible_ms
         out: list[Received] = []
         entries: list[Entry] = []
@@ -206,6 +207,14 @@ class PopService:
                 entries.append(table.start(key, self._initial_offset(group, source, queue_id)))
                 progress = table.progress(key)
                 assert progress is not None
+            if fifo:
+                if progress.held():
+                    continue
+                again = sorted(o for o, lease in progress.leases.items() if lease.state is LeaseState.VISIBLE)
+                for at in again[: batch - len(out)]:
+                    self._lease(key, at, deadline, invisible_ms, out, entries)
+                if again:
+                    continue  # the rest of the queue waits until these are done
             low = self.store.min_offset(source, queue_id)
             if progress.next_offset < low:
                 entries.append(table.advance(key, low))
@@ -220,15 +229,34 @@ class PopService:
                 if record is None or (tags is not None and (record.tags or "") not in tags):
                     skipped_to = at + 1
                     continue
-                record.queue_offset = at
-                entry = table.receive(key, at, deadline)
-                entries.append(entry)
-                handle = ReceiptHandle(source, queue_id, at, entry.handle).text()
-                out.append(Received(record, handle, record.reconsume_times + entry.attempt, invisible_ms))
+                self._lease(key, at, deadline, invisible_ms, out, entries, record)
                 skipped_to = at + 1
             if skipped_to > progress.next_offset:
                 entries.append(table.advance(key, skipped_to))
         return out, entries
+
+    def _lease(
+        self,
+        key: QueueKey,
+        at: int,
+        deadline: int,
+        invisible_ms: int,
+        out: list[Received],
+        entries: list[Entry],
+        record: MessageRecord | None = None,
+    ) -> None:
+        _group, source, queue_id = key
+        if record is None:
+            located = self.store.read_consume_queue(source, queue_id, at, 1)
+            record = self.store.read_message(located[0][0], located[0][1]) if located else None
+            if record is None:  # gone from the store (retention) while due again: nothing left to deliver
+                entries.append(self.table.stored(key, at))
+                return
+        record.queue_offset = at
+        entry = self.table.receive(key, at, deadline)
+        entries.append(entry)
+        handle = ReceiptHandle(source, queue_id, at, entry.handle).text()
+        out.append(Received(record, handle, record.reconsume_times + entry.attempt, invisible_ms))
 
     async def receive(
         self,
@@ -249,7 +277,7 @@ class PopService:
             raise PopError(PopProblem.FORBIDDEN, f"consumer group {group} may not consume (consumeEnable=false)")
         give_up = self.clock.monotonic() + wait_seconds
         while True:
-            out, entries = self._take(group, topic, tags, max(1, batch), invisible_ms)
+            out, entries = self._take(group, topic, tags, max(1, batch), invisible_ms, sub.consume_message_orderly)
             if entries:
                 await self._persist(entries)
             if out:
@@ -374,6 +402,13 @@ class PopService:
             await self._persist([self.table.stored(key, lease.offset)])
             return True
         sub = self.subscriptions.get(group)
+        if sub is not None and sub.consume_message_orderly and not to_dlq:
+            # FIFO: the message comes back at its place, before the rest of its queue (the client forwards it to
+            # the DLQ once it has used up its attempts).
+            await self._persist([self.table.in_place(key, lease.offset)])
+            self._on_new_messages(topic, queue_id, 0)
+            self.revived += 1
+            return True
         limit = sub.retry_max_times if sub is not None else 16
         props = dict(record.properties)
         props.setdefault(Prop.RETRY_TOPIC, topic)

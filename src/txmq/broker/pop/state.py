@@ -47,6 +47,7 @@ TRANSITIONS: dict[tuple[LeaseState, PopEvent], LeaseState] = {
     (LeaseState.INVISIBLE, PopEvent.DEAD_LETTER): LeaseState.REVIVING,
     (LeaseState.REVIVING, PopEvent.STORED): LeaseState.DONE,
     (LeaseState.REVIVING, PopEvent.IN_PLACE): LeaseState.VISIBLE,
+    (LeaseState.VISIBLE, PopEvent.STORED): LeaseState.DONE,  # its message left the store before it came back
 }
 TERMINAL = frozenset({LeaseState.ACKED, LeaseState.DONE})
 
@@ -81,7 +82,8 @@ class QueueProgress:
         return min(self.leases, default=self.next_offset)
 
     def held(self) -> bool:
-        return any(lease.state is LeaseState.INVISIBLE for lease in self.leases.values())
+        """A consumer holds one of its messages, or one is on its way back (what blocks a FIFO queue)."""
+        return any(lease.state in (LeaseState.INVISIBLE, LeaseState.REVIVING) for lease in self.leases.values())
 
 
 @dataclass(frozen=True, slots=True)
