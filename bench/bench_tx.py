@@ -130,6 +130,7 @@ async def check_round(root: Path, pending: int) -> dict[str, float]:
     config = BrokerConfig(
         listen_port=0,
         broker_ip1="127.0.0.1",
+        grpc_listen_port=0,
         store_path_root_dir=str(root / "store"),
         flush_disk_type="ASYNC_FLUSH",
         client_channel_expired_seconds=10**7,

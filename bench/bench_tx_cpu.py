@@ -187,7 +187,11 @@ def _threads() -> dict[str, float]:
 async def measure(mode: str, messages: int, inflight: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="txmq-bench-cpu-") as tmp:
         config = BrokerConfig(
-            listen_port=0, broker_ip1="127.0.0.1", store_path_root_dir=tmp, flush_disk_type="SYNC_FLUSH"
+            listen_port=0,
+            grpc_listen_port=0,
+            broker_ip1="127.0.0.1",
+            store_path_root_dir=tmp,
+            flush_disk_type="SYNC_FLUSH",
         )
         broker = Broker(config)
         await broker.start("127.0.0.1")

@@ -39,6 +39,7 @@ class DevCluster:
     conf: dict[str, str] = field(default_factory=dict)
     namesrv_port: int = 0
     broker_port: int = 0
+    grpc_port: int = 0  # the gRPC door's port (a free one is picked); set conf grpcListenPort=0 to turn it off
     proc: subprocess.Popen[str] | None = None
     output: list[str] = field(default_factory=list)
 
@@ -50,14 +51,22 @@ class DevCluster:
     def broker_addr(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
 
+    @property
+    def grpc_endpoint(self) -> str:
+        """What a RocketMQ 5 client is given as its endpoints."""
+        return f"127.0.0.1:{self.grpc_port}"
+
     def start(self, timeout: float = 30.0) -> DevCluster:
         if not self.namesrv_port:
             self.namesrv_port = free_port()
         if not self.broker_port:
             self.broker_port = free_port()
+        if not self.grpc_port and self.conf.get("grpcListenPort") != "0":
+            self.grpc_port = free_port()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         conf_path = self.data_dir / "broker.conf"
-        conf_path.write_text("".join(f"{k}={v}\n" for k, v in self.conf.items()))
+        conf = {**self.conf, "grpcListenPort": str(self.grpc_port)}
+        conf_path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
         cmd = self._command(conf_path)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(

@@ -7,7 +7,7 @@ with ``None`` (allowed) or a :class:`Denial`. Nothing here does IO, so the whole
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -170,6 +170,7 @@ class Denial:
 
     reason: str
     access_key: str | None = None
+    forbidden: bool = False  # the caller is known (signature checked) but lacks the permission
 
     @property
     def remark(self) -> str:
@@ -197,18 +198,41 @@ def check_resources(account: CompiledAccount, needed: Sequence[tuple[str, int]])
                 f"(accessKey={account.access_key} needs {perm.perm_name(needed_bits)}, "
                 f"its {source} gives {perm.perm_name(owned)})",
                 account.access_key,
+                True,
             )
     return None
 
 
 def decide(state: AclState, peer_ip: str, cmd: RemotingCommand) -> Denial | None:
-    """Allow (None) or deny one request from ``peer_ip``.
+    """Allow (None) or deny one 4.x request from ``peer_ip``."""
+    ext = cmd.ext_fields
+    return decide_access(
+        state,
+        peer_ip,
+        ext.get(ACCESS_KEY) or "",
+        lambda secret: verify_signature(ext, cmd.body, secret),
+        admin_only=needs_admin(cmd.code),
+        what=f"request code={cmd.code}",
+        resources=lambda: resources_for(cmd),
+    )
+
+
+def decide_access(
+    state: AclState,
+    peer_ip: str,
+    access_key: str,
+    signature_ok: Callable[[str], bool],
+    *,
+    admin_only: bool,
+    what: str,
+    resources: Callable[[], Sequence[tuple[str, int]]],
+) -> Denial | None:
+    """The decision for any door: ``signature_ok(secret_key)`` checks the request's signature as that door signs;
+    ``resources()`` lists the (resource, permission) pairs it needs (may raise :class:`ResourceError`).
 
     In strict mode an account's whiteRemoteAddress restricts where it may connect from instead of replacing the
     signature, and requests that carry an AccessKey are checked even from globally whitelisted addresses.
     """
-    ext = cmd.ext_fields
-    access_key = ext.get(ACCESS_KEY) or ""
     if state.global_whitelist.matches(peer_ip) and not (state.strict and access_key):
         return None
     if not access_key:
@@ -224,14 +248,12 @@ def decide(state: AclState, peer_ip: str, cmd: RemotingCommand) -> Denial | None
             return Denial(
                 f"accessKey={access_key} may not be used from {peer_ip} (not in its whiteRemoteAddress)", access_key
             )
-    if not verify_signature(ext, cmd.body, account.secret_key):
+    if not signature_ok(account.secret_key):
         return Denial(f"Check signature failed for accessKey={access_key}", access_key)
-    if needs_admin(cmd.code) and not account.admin:
-        return Denial(
-            f"Need admin permission for request code={cmd.code}, but accessKey={access_key} is not", access_key
-        )
+    if admin_only and not account.admin:
+        return Denial(f"Need admin permission for {what}, but accessKey={access_key} is not", access_key, True)
     try:
-        needed = resources_for(cmd)
+        needed = resources()
     except ResourceError as exc:
         return Denial(str(exc), access_key)
     if any(r == TRACE_TOPIC and p & perm.PUB for r, p in needed):

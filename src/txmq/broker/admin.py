@@ -372,6 +372,7 @@ class AdminProcessor:
                 broker_id=int(raw.get("brokerId", 0)),
                 which_broker_when_consume_slowly=int(raw.get("whichBrokerWhenConsumeSlowly", 1)),
                 notify_consumer_ids_changed_enable=bool(raw.get("notifyConsumerIdsChangedEnable", True)),
+                consume_message_orderly=bool(raw.get("consumeMessageOrderly", False)),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"invalid subscription group config: {exc}")
@@ -390,6 +391,7 @@ class AdminProcessor:
                 "brokerId": c.broker_id,
                 "whichBrokerWhenConsumeSlowly": c.which_broker_when_consume_slowly,
                 "notifyConsumerIdsChangedEnable": c.notify_consumer_ids_changed_enable,
+                "consumeMessageOrderly": c.consume_message_orderly,
             }
             for name, c in self.subscriptions.groups.items()
         }

@@ -19,6 +19,7 @@ from txmq.broker.locks import QueueLockManager
 from txmq.broker.longpoll import PullHoldService
 from txmq.broker.notify import ConsumerIdsNotifier
 from txmq.broker.offsets import ConsumerOffsetManager
+from txmq.broker.pop.service import PopService
 from txmq.broker.pull import PullProcessor
 from txmq.broker.refusal import Handler, answering_refusals
 from txmq.broker.registration import NameServerRegistration
@@ -76,6 +77,7 @@ class BrokerApp:
                 dispatcher=dispatcher,
                 server=server,
                 acl=acl,
+                host=host,
             )
         except BaseException:
             if server is not None:
@@ -93,6 +95,7 @@ class BrokerApp:
         dispatcher: Dispatcher,
         server: Server,
         acl: AclService | None,
+        host: str = "0.0.0.0",
     ) -> None:
         self.config = config
         self.clock = clock
@@ -224,10 +227,53 @@ class BrokerApp:
         )
         self.end_transaction = EndTransactionProcessor(self.transactions)
         self.tx_admin = TransactionAdminProcessor(config=config, transactions=self.transactions)
+        self.pop = PopService(
+            config=config,
+            clock=clock,
+            store_host=store_host,
+            store=store,
+            topics=self.topics,
+            subscriptions=self.subscriptions,
+            offsets=self.offsets,
+            topic_changed=topic_changed,
+            delay_levels_ms=store_config.delay_levels_ms(),
+            folder=Path(config.store_path_root_dir) / "pop",
+        )
+        self.grpc_door = self._grpc_door(host) if config.grpc_listen_port else None
 
         store.on_new_messages(self.pull_holds.notify)
         self._register_handlers()
         self._tasks: list[asyncio.Task[Any]] = []
+
+    def _grpc_door(self, host: str) -> Any:
+        # Imported here: a broker with the gRPC door off never loads grpc.
+        from txmq.door_grpc.peers import KV_NAMESPACE, ClusterPeers
+        from txmq.door_grpc.server import GrpcDoor
+        from txmq.door_grpc.service import MessagingDoor
+
+        config = self.config
+        # Other brokers find this one's gRPC endpoint in the name server's KV config; it finds theirs there.
+        self.registration.kv.append(
+            (KV_NAMESPACE, config.broker_addr, f"{config.advertised_ip}:{config.grpc_listen_port}")
+        )
+        peers = ClusterPeers(broker_name=config.broker_name, ask=self.registration.ask, monotonic=self.clock.monotonic)
+        door = MessagingDoor(
+            config=config,
+            clock=self.clock,
+            store=self.store,
+            topics=self.topics,
+            subscriptions=self.subscriptions,
+            send=self.send_processor,
+            schedule=self.schedule,
+            pop=self.pop,
+            transactions=self.transactions,
+            clients=self.clients,
+            acl=self.acl,
+            delay_levels_ms=self.store_config.delay_levels_ms(),
+            endpoints=lambda: (config.advertised_ip, config.grpc_listen_port),
+            peers=peers.queues if config.namesrv_addrs else None,
+        )
+        return GrpcDoor(door, host=host, port=config.grpc_listen_port, max_message_size=config.max_message_size)
 
     def _register_handlers(self) -> None:
         handlers: dict[int, Handler] = {}
@@ -254,15 +300,19 @@ class BrokerApp:
         ]
         await self.transactions.start()
         await self.schedule.start()
+        await self.pop.start()
         if self.acl is not None:
             await self.acl.start()
+        if self.grpc_door is not None:
+            await self.grpc_door.start()
         await self.server.begin_serving()
-        self.registration.start()
+        self.registration.start()  # once both doors serve, the name servers may send clients here
         log.info(
-            "broker %s (%s) serving on %s, store %s, flush %s",
+            "broker %s (%s) serving on %s%s, store %s, flush %s",
             self.config.broker_name,
             self.config.broker_cluster_name,
             self.config.broker_addr,
+            f" and gRPC port {self.config.grpc_listen_port}" if self.grpc_door is not None else "",
             self.store_config.store_path_root_dir,
             self.config.flush_disk_type,
         )
@@ -271,6 +321,9 @@ class BrokerApp:
         self.registration.stop()
         for task in self._tasks:
             task.cancel()
+        if self.grpc_door is not None:
+            await self.grpc_door.close()
+        await self.pop.close()
         await self.transactions.close()
         await self.schedule.close()
         if self.acl is not None:

@@ -74,6 +74,11 @@ class BrokerConfig:
     acl_file: str = ""  # empty: <storePathRootDir>/../conf/plain_acl.yml
     acl_dir: str = ""  # empty: <storePathRootDir>/../conf/acl (every *.yml / *.yaml in it)
     acl_strict_mode: bool = False  # txmq: an account whitelist match no longer skips the signature check
+    # The RocketMQ 5 gRPC door (the proxy's local mode, issue 14)
+    grpc_listen_port: int = 8081  # 0: no gRPC door
+    min_invisible_time_mills_for_recv: int = 10_000  # the proxy's lower bound on a receive's invisible duration
+    # txmq: the long polling a push consumer is told to use (its close waits for a pending receive to end)
+    grpc_push_long_polling_mills: int = 20_000
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod

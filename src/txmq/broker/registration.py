@@ -26,6 +26,9 @@ class NameServerRegistration:
         self.config = config
         self.clock = clock
         self.topics = topics
+        # (namespace, key, value) written to the name servers' KV config with every registration: how the other
+        # brokers learn what the 4.x registration cannot carry (a broker's gRPC endpoint).
+        self.kv: list[tuple[str, str, str]] = []
         self._conns: dict[str, Connection] = {}
         self._task: asyncio.Task[None] | None = None
         self._soon: asyncio.TimerHandle | None = None
@@ -90,8 +93,21 @@ class NameServerRegistration:
                     resp = await conn.request(self._register_request(), timeout=6.0)
                     if resp.code != ResponseCode.SUCCESS:
                         log.warning("name server %s refused the registration: %s", addr, resp.remark)
+                    for namespace, key, value in self.kv:
+                        ext = {"namespace": namespace, "key": key, "value": value}
+                        await conn.request(RemotingCommand.request(RequestCode.PUT_KV_CONFIG, ext), timeout=6.0)
                 except (RemotingError, OSError) as exc:
                     log.warning("registering with name server %s failed: %s", addr, exc)
+
+    async def ask(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand | None:
+        """Send ``cmd`` to the first name server that answers; None when none does."""
+        for addr in self.config.namesrv_addrs:
+            try:
+                conn = await self._namesrv(addr)
+                return await conn.request(cmd, timeout=timeout)
+            except (RemotingError, OSError) as exc:
+                log.info("asking name server %s failed: %s", addr, exc)
+        return None
 
     async def unregister(self) -> None:
         """Unregister from every name server (at shutdown)."""

@@ -73,6 +73,25 @@ def reconsume_limit(version: int, header_max: int | None, group: SubscriptionGro
     return group.retry_max_times
 
 
+def reconsume_copy(
+    original: MessageRecord, topic: str, queue_id: int, store_host: tuple[str, int], properties: dict[str, str]
+) -> MessageRecord:
+    """The copy of a message a consumer did not take that goes to ``%RETRY%group`` or ``%DLQ%group``: its body, flags
+    and birth, one more reconsume, the given properties (each door's send-back says why)."""
+    return MessageRecord(
+        topic=topic,
+        body=original.body,
+        queue_id=queue_id,
+        flag=original.flag,
+        sys_flag=original.sys_flag,
+        born_timestamp=original.born_timestamp,
+        born_host=original.born_host,
+        store_host=store_host,
+        reconsume_times=original.reconsume_times + 1,
+        properties=properties,
+    )
+
+
 def clip_reason(text: str | None) -> str | None:
     if not text:
         return None
@@ -420,18 +439,7 @@ class ScheduleService:
         else:
             topic = rt
             queue_id = self._random.randrange(sub.retry_queue_nums)
-        record = MessageRecord(
-            topic=topic,
-            body=original.body,
-            queue_id=queue_id,
-            flag=original.flag,
-            sys_flag=original.sys_flag,
-            born_timestamp=original.born_timestamp,
-            born_host=original.born_host,
-            store_host=self.store_host,
-            reconsume_times=original.reconsume_times + 1,
-            properties=props,
-        )
+        record = reconsume_copy(original, topic, queue_id, self.store_host, props)
         if not to_dlq:
             record = self.redirect(record, h.delayLevel or 3 + original.reconsume_times)
         result = await store.put(record)

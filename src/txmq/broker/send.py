@@ -14,6 +14,7 @@ from txmq.broker.refusal import BrokerRefusal
 from txmq.broker.schedule import PROP_DLQ_REASON, reconsume_limit
 from txmq.broker.stored import answer_when_stored, send_response
 from txmq.broker.topics import (
+    AUTO_CREATE_TOPIC_KEY,
     NOT_ALLOWED_SEND_TOPICS,
     PERM_READ,
     PERM_WRITE,
@@ -85,12 +86,18 @@ class SendProcessor:
     # -- checks shared by single and batch sends ---------------------------------------------------------------------
 
     def _check_topic(self, header: SendMessageRequestHeader) -> TopicConfig:
+        return self.check_topic(header.topic, header.queueId, header.defaultTopic, header.defaultTopicQueueNums)
+
+    def check_topic(
+        self, topic: str, queue_id: int = -1, template: str = AUTO_CREATE_TOPIC_KEY, template_queue_nums: int = 4
+    ) -> TopicConfig:
+        """The config of a topic a message may be stored on (auto-created from ``template`` when allowed), or
+        :class:`BrokerRefusal`. Door-neutral: the gRPC door calls it too."""
         config = self.config
         if not config.broker_permission & PERM_WRITE:
             raise BrokerRefusal(
                 ResponseCode.NO_PERMISSION, f"the broker[{config.broker_name}] sending message is forbidden"
             )
-        topic = header.topic
         problem = validate_topic(topic)
         if problem is not None:
             raise BrokerRefusal(ResponseCode.SYSTEM_ERROR, problem)
@@ -101,7 +108,7 @@ class SendProcessor:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 cfg, _ = self.topics.ensure(topic, 1, PERM_READ | PERM_WRITE)
             elif config.auto_create_topic_enable:
-                cfg = self.topics.create_from_template(topic, header.defaultTopic, header.defaultTopicQueueNums)
+                cfg = self.topics.create_from_template(topic, template, template_queue_nums)
             if cfg is None:
                 raise BrokerRefusal(
                     ResponseCode.TOPIC_NOT_EXIST,
@@ -111,10 +118,10 @@ class SendProcessor:
             self.topic_changed()
         if not cfg.writable:
             raise BrokerRefusal(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-        if header.queueId >= cfg.queue_count:
+        if queue_id >= cfg.queue_count:
             raise BrokerRefusal(
                 ResponseCode.SYSTEM_ERROR,
-                f"request queueId[{header.queueId}] is illegal, topic: {topic} queue count: {cfg.queue_count}",
+                f"request queueId[{queue_id}] is illegal, topic: {topic} queue count: {cfg.queue_count}",
             )
         return cfg
 

@@ -25,6 +25,7 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False  # RocketMQ 5: a FIFO group (5.x consumers get messages of a queue in order)
 
 
 class SubscriptionGroupManager:

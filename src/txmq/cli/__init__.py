@@ -137,6 +137,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
             config = BrokerConfig.from_file(args.config) if args.config else BrokerConfig()
             config.store_path_root_dir = str(data / "store")
             config.listen_port = args.broker_port
+            if args.grpc_port is not None:
+                config.grpc_listen_port = args.grpc_port
             config.namesrv_addr = f"127.0.0.1:{ns_port}"
             config.broker_ip1 = config.broker_ip1 or "127.0.0.1"
             if args.flush:
@@ -153,7 +155,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 f"  name server   127.0.0.1:{ns_port}   (namesrvAddr for clients)\n"
                 f"  broker        {config.broker_addr}   ({config.broker_name}, {config.broker_cluster_name}, "
                 f"{config.flush_disk_type})\n"
-                f"  data          {data}\n"
+                + (
+                    f"  gRPC (5.x)    {config.advertised_ip}:{config.grpc_listen_port}   (endpoints of 5.x clients)\n"
+                    if config.grpc_listen_port
+                    else ""
+                )
+                + f"  data          {data}\n"
                 "Try it:\n"
                 f"  txmq admin --namesrv 127.0.0.1:{ns_port} send TopicTest 'hello'\n"
                 f"  txmq admin --namesrv 127.0.0.1:{ns_port} tail TopicTest\n"
@@ -189,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--host", default="0.0.0.0")
     dev.add_argument("--namesrv-port", type=int, default=9876)
     dev.add_argument("--broker-port", type=int, default=10911)
+    dev.add_argument(
+        "--grpc-port", type=int, default=None, help="the RocketMQ 5 gRPC door's port (default 8081; 0 turns it off)"
+    )
     dev.add_argument("-c", "--config", default=None, help="a broker.conf whose settings apply to the broker")
     dev.add_argument("--flush", choices=["SYNC_FLUSH", "ASYNC_FLUSH"], default=None)
     dev.add_argument(
@@ -208,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("-n", "--namesrv", dest="set_namesrv_addr", default=None, help="overrides namesrvAddr")
     br.add_argument("-p", "--port", dest="set_listen_port", type=int, default=None, help="overrides listenPort")
     br.add_argument("--store", dest="set_store_path_root_dir", default=None, help="overrides storePathRootDir")
+    br.add_argument(
+        "--grpc-port", dest="set_grpc_listen_port", type=int, default=None, help="overrides grpcListenPort (0: off)"
+    )
     br.set_defaults(func=cmd_broker)
 
     from txmq.cli.admin import add_admin_parser

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from txmq.protocol.record import MessageRecord, Prop, SysFlag
+from txmq.protocol.record.properties import SYSTEM_PROPERTIES
 from txmq.protocol.topics import AUTO_CREATE_TOPIC_KEY, RETRY_GROUP_TOPIC_PREFIX, retry_topic  # noqa: F401
 
 log = logging.getLogger("txmq.client")
@@ -24,33 +25,7 @@ DEFAULT_TOPIC = AUTO_CREATE_TOPIC_KEY  # the broker's auto-create template topic
 _COMPRESSION_TYPE_MASK = 0x700
 _COMPRESSION_ZLIB = 0x300
 
-# Properties the client sets itself; put_user_property refuses them so users cannot break the wire contract.
-SYSTEM_PROPERTIES = frozenset(
-    {
-        Prop.UNIQ_KEY,
-        Prop.KEYS,
-        Prop.TAGS,
-        Prop.WAIT,
-        Prop.DELAY,
-        Prop.RETRY_TOPIC,
-        Prop.REAL_TOPIC,
-        Prop.REAL_QID,
-        Prop.TRAN_MSG,
-        Prop.PGROUP,
-        Prop.MIN_OFFSET,
-        Prop.MAX_OFFSET,
-        Prop.ORIGIN_MESSAGE_ID,
-        Prop.RECONSUME_TIME,
-        Prop.MAX_RECONSUME_TIMES,
-        Prop.CONSUME_START_TIME,
-        Prop.TRAN_PREPARED_QUEUE_OFFSET,
-        Prop.TRANSACTION_CHECK_TIMES,
-        Prop.CHECK_IMMUNITY_TIME_IN_SECONDS,
-        Prop.CLUSTER,
-        Prop.MSG_REGION,
-        Prop.TRACE_ON,
-    }
-)
+# Properties the client sets itself (protocol.record): put_user_property refuses them.
 
 
 class MessageQueue(NamedTuple):

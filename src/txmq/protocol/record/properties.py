@@ -36,6 +36,36 @@ class Prop:
     TX_MESSAGES = "TXMQ_TX_MESSAGES"
 
 
+# Properties a client or the broker sets, never an application: txmq's client refuses them as user properties, and
+# the gRPC door does not show them as a 5.x message's user properties.
+SYSTEM_PROPERTIES = frozenset(
+    {
+        Prop.UNIQ_KEY,
+        Prop.KEYS,
+        Prop.TAGS,
+        Prop.WAIT,
+        Prop.DELAY,
+        Prop.RETRY_TOPIC,
+        Prop.REAL_TOPIC,
+        Prop.REAL_QID,
+        Prop.TRAN_MSG,
+        Prop.PGROUP,
+        Prop.MIN_OFFSET,
+        Prop.MAX_OFFSET,
+        Prop.ORIGIN_MESSAGE_ID,
+        Prop.RECONSUME_TIME,
+        Prop.MAX_RECONSUME_TIMES,
+        Prop.CONSUME_START_TIME,
+        Prop.TRAN_PREPARED_QUEUE_OFFSET,
+        Prop.TRANSACTION_CHECK_TIMES,
+        Prop.CHECK_IMMUNITY_TIME_IN_SECONDS,
+        Prop.CLUSTER,
+        Prop.MSG_REGION,
+        Prop.TRACE_ON,
+    }
+)
+
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 

@@ -1,0 +1,1 @@
+"""Stubs generated from ``../proto`` by ``python -m txmq.door_grpc.gen_protos``; do not edit."""
