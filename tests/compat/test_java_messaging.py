@@ -97,7 +97,7 @@ def test_clustering_consumers_share_and_broadcasting_consumers_each_get_all(txmq
     ns = txmq_cluster.namesrv_addr
     topic, group = _name("JShare"), _name("JShareCG")
     args = ["--namesrv", ns, "--topic", topic, "--group", group, "--timeout", "40", "--settle", "2000"]
-    # Two members of one group: 20 messages, each delivered to exactly one of them.
+    # Two members of one group share 20 messages.
     create_topics(ns, topic)
     members = [JavaProcess(line, "consume", [*args, "--expect", "20"]) for _ in range(2)]
     for m in members:
@@ -108,7 +108,10 @@ def test_clustering_consumers_share_and_broadcasting_consumers_each_get_all(txmq
     for m in members:
         m.kill()
     seen = [bodies(m.named("received")) for m in members]
-    assert sum(seen, collections.Counter()) == dict.fromkeys((f"sync-{i}" for i in range(20)), 1)
+    # Clustering is at least once, as on RocketMQ: a message pulled by one member while its queue moves to the other
+    # (a rebalance that a loaded machine makes late) can reach both. Nothing is lost, and no member sees one twice.
+    assert set(sum(seen, collections.Counter())) == {f"sync-{i}" for i in range(20)}
+    assert all(max(s.values()) == 1 for s in seen), seen
     assert all(seen), seen  # each member got its share
 
     # Broadcasting: every member gets every message.
