@@ -1,7 +1,6 @@
 package txmq.compat;
 
 import java.util.ArrayList;
-import java.util.Collection;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
@@ -123,19 +122,33 @@ final class Consume {
         c.setAutoCommit(true);
         String topic = a.need("topic");
         if (a.flag("assign")) {
-            c.start();
-            Collection<MessageQueue> queues = c.fetchMessageQueues(topic);
-            List<MessageQueue> assigned = new ArrayList<>(queues);
-            c.assign(assigned);
             long since = a.longer("seek-timestamp", -1);
-            if (since >= 0) {
-                // A new group starts at the first offset anyway (CONSUME_FROM_FIRST_OFFSET); seeking to 0 as well
-                // races with the pulls assign() has already started (the client may then hand a queue's messages
-                // out twice), so only a seek by time is made.
+            List<MessageQueue> assigned;
+            if (since < 0) {
+                // A new group starts at the first offset (CONSUME_FROM_FIRST_OFFSET): nothing to seek.
+                c.start();
+                assigned = new ArrayList<>(c.fetchMessageQueues(topic));
+                c.assign(assigned);
+            } else {
+                // The client's seek races with pulls already running for the queue (a result fetched before the
+                // seek can still be handed out), so the queues are assigned paused before start(), sought, and
+                // only then resumed: no pull happens before the seek. A second consumer finds the queues.
+                DefaultLitePullConsumer probe = new DefaultLitePullConsumer(a.need("group") + "_probe", Clients.aclHook(a));
+                probe.setNamesrvAddr(a.need("namesrv"));
+                probe.start();
+                try {
+                    assigned = new ArrayList<>(probe.fetchMessageQueues(topic));
+                } finally {
+                    probe.shutdown();
+                }
+                c.assign(assigned);
+                c.pause(assigned);
+                c.start();
                 for (MessageQueue q : assigned) {
                     // SEARCH_OFFSET_BY_TIMESTAMP: the first message stored at or after that instant.
                     c.seek(q, c.offsetForTimestamp(q, since));
                 }
+                c.resume(assigned);
             }
             Out.event("assigned", "queues", assigned.size());
         } else {
