@@ -129,15 +129,16 @@ public final class Main {
                 if (groupPattern != null) {
                     builder.setMessageGroup(groupPattern.replace("{k}", String.valueOf(i % 3)));
                 }
-                if (delayMs > 0) {
-                    builder.setDeliveryTimestamp(System.currentTimeMillis() + delayMs);
+                long deliverAt = delayMs > 0 ? System.currentTimeMillis() + delayMs : 0;
+                if (deliverAt > 0) {
+                    builder.setDeliveryTimestamp(deliverAt);
                 }
                 Message message = builder.build();
                 try {
                     SendReceipt receipt = producer.send(message);
                     sent++;
                     emit("sent", fields("index", i, "id", receipt.getMessageId().toString(), "body", body,
-                        "at", System.currentTimeMillis() / 1000.0));
+                        "at", System.currentTimeMillis() / 1000.0, "deliverAt", deliverAt / 1000.0));
                 } catch (Exception e) {
                     failed++;
                     emit("send_failed", fields("index", i, "error", e.toString()));
@@ -160,7 +161,9 @@ public final class Main {
             Collections.singletonMap(topic, new FilterExpression("*", FilterExpressionType.TAG));
         try (SimpleConsumer consumer = provider.newSimpleConsumerBuilder()
             .setClientConfiguration(configuration(a[1])).setConsumerGroup(a[3])
-            .setAwaitDuration(Duration.ofSeconds(2)).setSubscriptionExpressions(subscription).build()) {
+            // 3 s: RocketMQ's proxy refuses (40018) a receive whose deadline (the request timeout, 3 s, plus this)
+            // leaves less than its minimum long polling, 5 s, plus 100 ms.
+            .setAwaitDuration(Duration.ofSeconds(3)).setSubscriptionExpressions(subscription).build()) {
             while (System.currentTimeMillis() < end && got < expect) {
                 List<MessageView> messages;
                 try {
