@@ -280,6 +280,19 @@ class RocketMQCluster:
         self.procs.clear()
 
 
+def _group_gone(pgid: int, timeout: float) -> bool:
+    """Whether process group ``pgid`` has no process left within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
 def _stop_recorded(data_dir: Path, timeout: float = 20.0) -> None:
     state = data_dir / "pids.json"
     if not state.exists():
@@ -289,15 +302,11 @@ def _stop_recorded(data_dir: Path, timeout: float = 20.0) -> None:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             continue
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.2)
-        else:
+        if not _group_gone(pid, timeout):
             os.killpg(pid, signal.SIGKILL)
+            # SIGKILL is not instant: the group is gone once the kernel has torn it down and init has reaped it.
+            if not _group_gone(pid, 30.0):
+                raise SystemExit(f"process group {pid} still there 30 s after SIGKILL")
     state.unlink()
 
 
