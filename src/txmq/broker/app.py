@@ -23,6 +23,7 @@ from txmq.broker.pop.service import PopService
 from txmq.broker.pull import PullProcessor
 from txmq.broker.refusal import Handler, answering_refusals
 from txmq.broker.registration import NameServerRegistration
+from txmq.broker.reply import ReplyProcessor
 from txmq.broker.runtime import BrokerStats, RuntimeInfo
 from txmq.broker.schedule import ScheduleService
 from txmq.broker.send import SendProcessor
@@ -166,6 +167,14 @@ class BrokerApp:
             schedule=self.schedule,
             topic_changed=topic_changed,
         )
+        self.reply_processor = ReplyProcessor(
+            config=config,
+            store_host=store_host,
+            store=store,
+            send=self.send_processor,
+            clients=self.clients,
+            clock=clock,
+        )
         self.pull_processor = PullProcessor(
             config=config,
             clock=clock,
@@ -279,6 +288,8 @@ class BrokerApp:
         handlers: dict[int, Handler] = {}
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             handlers[code] = self.send_processor.handle
+        for code in (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2):
+            handlers[code] = self.reply_processor.handle
         handlers[RequestCode.PULL_MESSAGE] = self.pull_processor.handle
         handlers[RequestCode.LITE_PULL_MESSAGE] = self.pull_processor.handle
         handlers.update(self.admin.handlers())

@@ -247,6 +247,14 @@ class ClientRegistry:
     def producer_channels(self, group: str) -> list[ClientChannel]:
         return list(self.producers.get(group, {}).values())
 
+    def find_producer(self, client_id: str) -> ClientChannel | None:
+        """The producer channel of the client ``client_id`` in any group (request-reply's requester)."""
+        for channels in self.producers.values():
+            for channel in channels.values():
+                if channel.client_id == client_id:
+                    return channel
+        return None
+
     def pick_producer(self, group: str, is_usable: Any = None) -> ClientChannel | None:
         """Round-robin over the live producer channels of ``group`` (for transaction checks)."""
         channels = self.producer_channels(group)

@@ -58,6 +58,7 @@ class BrokerConfig:
     short_polling_time_mills: int = 1000
     region_id: str = "DefaultRegion"
     trace_on: bool = True
+    store_reply_message_enable: bool = True  # request-reply: replies are stored on <cluster>_REPLY_TOPIC as well
     register_name_server_period: int = 30_000
     client_channel_expired_seconds: int = 120
     default_query_max_num: int = 32

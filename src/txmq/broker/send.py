@@ -130,7 +130,7 @@ class SendProcessor:
             return self._random.randrange(max(1, cfg.write_queue_nums))
         return header.queueId
 
-    def _born_host(self, conn: Any) -> tuple[str, int]:
+    def born_host(self, conn: Any) -> tuple[str, int]:
         peer = getattr(conn, "peer", None) or ("127.0.0.1", 0)
         host = normalize_host((peer[0], int(peer[1])))
         return host if ":" not in host[0] else ("127.0.0.1", host[1])
@@ -188,7 +188,7 @@ class SendProcessor:
             flag=header.flag,
             sys_flag=self._sys_flag(header, cfg),
             born_timestamp=header.bornTimestamp,
-            born_host=self._born_host(conn),
+            born_host=self.born_host(conn),
             store_host=self.store_host,
             reconsume_times=header.reconsumeTimes or 0,
             properties=props,
@@ -265,7 +265,7 @@ class SendProcessor:
         batch_props = decode_properties(header.properties or "")
         batch_props.pop(Prop.WAIT, None)
         batch_props[Prop.CLUSTER] = config.broker_cluster_name
-        born_host = self._born_host(conn)
+        born_host = self.born_host(conn)
         records = []
         for entry in entries:
             if len(entry.body) > config.max_message_size:

@@ -12,7 +12,7 @@ public final class Main {
 
     public static void main(String[] argv) throws Exception {
         if (argv.length == 0) {
-            System.err.println("usage: Main produce|tx-produce|tx-check|consume|lite-pull|seed004|seed-listener ...");
+            System.err.println("usage: Main produce|tx-produce|tx-check|consume|lite-pull|request|replier|seed004|seed-listener ...");
             System.exit(2);
         }
         Args a = new Args(argv, 1);
@@ -34,6 +34,12 @@ public final class Main {
                 break;
             case "lite-pull":
                 Consume.litePull(a);
+                break;
+            case "request":
+                RequestReply.request(a);
+                break;
+            case "replier":
+                RequestReply.replier(a);
                 break;
             case "bench":
                 Bench.run(a);

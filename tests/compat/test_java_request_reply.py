@@ -1,0 +1,75 @@
+"""Request-reply with the official Java client (RocketMQ 4.6+): DefaultMQProducer.request() against a push consumer
+that answers with MessageUtil.createReplyMessage. The broker pushes each reply to the requester's connection
+(SEND_REPLY_MESSAGE -> PUSH_REPLY_MESSAGE_TO_CLIENT) and keeps a copy on <cluster>_REPLY_TOPIC."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from txmq.client.sync import Admin, PullConsumer
+
+from .java_client import LINES, JavaProcess, named, run_java
+
+pytestmark = pytest.mark.slow
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_request_gets_the_consumers_reply(txmq_cluster: Any, line: str) -> None:
+    ns = txmq_cluster.namesrv_addr
+    topic = _name("JReq")
+    with Admin(ns) as admin:  # first: a push consumer finds a topic created later only at its next route poll (30 s)
+        admin.create_topic(topic, cluster="DefaultCluster")
+    replier = JavaProcess(line, "replier", ["--namesrv", ns, "--topic", topic, "--group", _name("JRep"),
+                                            "--expect", "3", "--timeout", "90"])  # fmt: skip
+    try:
+        replier.wait_event("ready", 60)
+        events = run_java(line, "request", "--namesrv", ns, "--topic", topic, "--count", "3",
+                          "--body-prefix", "ask-", "--group", _name("JReqPG"))  # fmt: skip
+    finally:
+        replied = replier.finish(120)
+    assert named(events, "summary") == [{"event": "summary", "failed": 0}], events
+    replies = named(events, "reply")
+    assert [(e["i"], e["body"]) for e in replies] == [(i, f"re:ask-{i}") for i in range(3)], events
+    assert {e["topic"] for e in replies} == {"DefaultCluster_REPLY_TOPIC"}
+    assert all(e["properties"]["MSG_TYPE"] == "reply" and e["properties"]["CORRELATION_ID"] for e in replies)
+    assert {e["status"] for e in named(replied, "replied")} == {"SEND_OK"}
+
+    # storeReplyMessageEnable (the default): each reply is also on the reply topic.
+    with PullConsumer(_name("JReplyReader"), ns) as reader:
+        stored = []
+        for mq in reader.fetch_queues("DefaultCluster_REPLY_TOPIC"):
+            stored += [m.body.decode() for m in reader.pull(mq, "*", 0, 1000).messages]
+    assert {f"re:ask-{i}" for i in range(3)} <= set(stored)
+
+
+def test_a_reply_whose_requester_is_gone_is_refused(txmq_cluster: Any) -> None:
+    """A reply to a client that is not connected gets SYSTEM_ERROR naming it; the broker goes on serving."""
+    import asyncio
+
+    from txmq.net import connect
+    from txmq.protocol.codes import RequestCode, ResponseCode
+    from txmq.protocol.frame import RemotingCommand
+
+    async def main() -> tuple[int, str | None]:
+        conn = await connect("127.0.0.1", txmq_cluster.broker_port)
+        try:
+            ext = {
+                "producerGroup": "G", "topic": "DefaultCluster_REPLY_TOPIC", "defaultTopic": "TBW102",
+                "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0",
+                "properties": "CORRELATION_ID\x01c1\x02REPLY_TO_CLIENT\x01nobody@1\x02MSG_TYPE\x01reply\x02",
+                "reconsumeTimes": "0", "unitMode": "false", "batch": "false",
+            }  # fmt: skip
+            resp = await conn.request(RemotingCommand.request(RequestCode.SEND_REPLY_MESSAGE, ext, b"r"), timeout=10)
+            return resp.code, resp.remark
+        finally:
+            conn.close()
+
+    code, remark = asyncio.run(main())
+    assert code == ResponseCode.SYSTEM_ERROR and "nobody@1" in (remark or ""), remark
