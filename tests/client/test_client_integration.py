@@ -368,3 +368,36 @@ def test_blocking_clients_round_trip(cluster: Any) -> None:
             producer.send(Message(topic, f"s-{i}".encode()))
         assert done.wait(30)
     assert sorted(got) == [f"s-{i}".encode() for i in range(5)]
+
+
+async def test_request_gets_a_reply_from_the_consuming_service(cluster: Any, admin: Admin) -> None:
+    """Request-reply: ``Producer.request`` waits for the reply a consumer sends with ``create_reply`` (the broker
+    pushes it to the requester's connection); a request nobody answers times out."""
+    from txmq.client.request_reply import create_reply
+    from txmq.errors import RequestTimeoutError
+
+    topic = await make_topic(admin, queues=2)
+    ns = cluster.namesrv_addr
+    async with Producer(unique("RepPG"), ns, instance_name=unique("rp")) as replier:
+
+        async def answer(msgs: list[MessageExt]) -> ConsumeStatus:
+            for m in msgs:
+                await replier.send(create_reply(m, b"re:" + m.body))
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        consumer = PushConsumer(unique("RepG"), ns, instance_name=unique("rc"), **FAST)
+        consumer.subscribe(topic)
+        consumer.register_listener(answer)
+        async with consumer, Producer(unique("ReqPG"), ns, instance_name=unique("rq")) as requester:
+            replies = [await requester.request(Message(topic, f"ask-{i}".encode()), timeout=20) for i in range(3)]
+            assert [r.body for r in replies] == [b"re:ask-0", b"re:ask-1", b"re:ask-2"]
+            assert {r.topic for r in replies} == {"DefaultCluster_REPLY_TOPIC"}
+            assert all(r.properties["MSG_TYPE"] == "reply" and "ARRIVE_TIME" in r.properties for r in replies)
+            # Concurrent requests each get their own reply.
+            many = await asyncio.gather(*(requester.request(Message(topic, b"n%d" % i), timeout=20) for i in range(8)))
+            assert sorted(r.body for r in many) == sorted(b"re:n%d" % i for i in range(8))
+
+    silent = await make_topic(admin, queues=1)
+    async with Producer(unique("ReqPG"), ns, instance_name=unique("rq2")) as requester:
+        with pytest.raises(RequestTimeoutError, match="no reply came"):
+            await requester.request(Message(silent, b"anyone?"), timeout=1.5)

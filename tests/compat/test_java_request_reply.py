@@ -49,6 +49,26 @@ def test_request_gets_the_consumers_reply(txmq_cluster: Any, line: str) -> None:
     assert {f"re:ask-{i}" for i in range(3)} <= set(stored)
 
 
+def test_txmq_client_request_gets_a_java_reply(txmq_cluster: Any) -> None:
+    """Interop: txmq's own client asks (Producer.request), the Java client answers."""
+    from txmq.client import Message
+    from txmq.client.sync import Producer
+
+    ns = txmq_cluster.namesrv_addr
+    topic = _name("JReqPy")
+    with Admin(ns) as admin:
+        admin.create_topic(topic, cluster="DefaultCluster")
+    replier = JavaProcess("v5", "replier", ["--namesrv", ns, "--topic", topic, "--group", _name("JRep"),
+                                            "--expect", "2", "--timeout", "90"])  # fmt: skip
+    try:
+        replier.wait_event("ready", 60)
+        with Producer(_name("PyReqPG"), ns) as producer:
+            replies = [producer.request(Message(topic, f"py-{i}".encode()), timeout=20) for i in range(2)]
+    finally:
+        replier.finish(120)
+    assert [r.body for r in replies] == [b"re:py-0", b"re:py-1"]
+
+
 def test_a_reply_whose_requester_is_gone_is_refused(txmq_cluster: Any) -> None:
     """A reply to a client that is not connected gets SYSTEM_ERROR naming it; the broker goes on serving."""
     import asyncio

@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("txmq.broker")
 
-REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
-PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
 PUSH_TIMEOUT_SECONDS = 10.0  # RocketMQ's Broker2Client.callClient waits this long for the requester
 
 
@@ -102,15 +100,15 @@ class ReplyProcessor:
         self, replier: Any, header: SendMessageRequestHeader, props: dict[str, str], body: bytes, queue_id: int
     ) -> tuple[bool, str]:
         """PUSH_REPLY_MESSAGE_TO_CLIENT to the requester; (pushed, why not)."""
-        requester = props.get(REPLY_TO_CLIENT)
+        requester = props.get(Prop.REPLY_TO_CLIENT)
         if not requester:
-            return False, f"reply message properties[{REPLY_TO_CLIENT}] is null"
+            return False, f"reply message properties[{Prop.REPLY_TO_CLIENT}] is null"
         channel = self.clients.find_producer(requester)
         if channel is None or getattr(channel.connection, "closed", False):
             log.info("a reply for %s has nowhere to go: no connection of that client", requester)
             return False, f"push reply message fail, channel of <{requester}> not found."
         now_ms = self.clock.now_ms()
-        pushed_props = {**props, PUSH_REPLY_TIME: str(now_ms)}
+        pushed_props = {**props, Prop.PUSH_REPLY_TIME: str(now_ms)}
         born = self.send.born_host(replier)
         ext = {
             "producerGroup": header.producerGroup,

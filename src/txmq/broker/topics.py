@@ -34,6 +34,7 @@ from txmq.protocol.topics import (  # noqa: F401
     dlq_topic,
     is_readable,
     is_writable,
+    reply_topic,
     retry_topic,
 )
 from txmq.protocol.topics import TOPIC_NAME_RE as _TOPIC_RE
@@ -113,7 +114,7 @@ class TopicConfigManager:
             TopicConfig(BENCHMARK_TOPIC, 1024, 1024),
             TopicConfig(OFFSET_MOVED_EVENT, 1, 1),
             TopicConfig(SCHEDULE_TOPIC, 18, 18),
-            TopicConfig(f"{cluster_name}_REPLY_TOPIC", 1, 1),
+            TopicConfig(reply_topic(cluster_name), 1, 1),
         ]
         if auto_create:
             system.append(TopicConfig(AUTO_CREATE_TOPIC_KEY, default_queue_nums, default_queue_nums, perm=7))

@@ -171,9 +171,14 @@ class MQClientAPI:
         uniq_key: str,
         batch: bool = False,
         oneway: bool = False,
+        reply: bool = False,
     ) -> SendResult | None:
-        """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE) with ``ext`` from :func:`send_v2_ext`."""
-        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE, or SEND_REPLY_MESSAGE_V2 for a reply) with ``ext`` from
+        :func:`send_v2_ext`."""
+        if batch:
+            code = RequestCode.SEND_BATCH_MESSAGE
+        else:
+            code = RequestCode.SEND_REPLY_MESSAGE_V2 if reply else RequestCode.SEND_MESSAGE_V2
         cmd = RemotingCommand.request(code, ext, body)
         if oneway:
             await self._instance.invoke_oneway(addr, cmd)

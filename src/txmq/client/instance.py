@@ -92,6 +92,7 @@ class ClientInstance:
         self._closed = False
         self._closing = False
         self._inner_producer: Any = None
+        self.reply_waiters: Any = None  # txmq.client.request_reply.ReplyWaiters, made by the first request()
         self._side_tasks: set[asyncio.Future[Any]] = set()
         self._refreshing: set[str] = set()
 

@@ -15,10 +15,12 @@ from txmq.client.message import (
     DEFAULT_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
     Message,
+    MessageExt,
     MessageQueue,
     SendResult,
     compress_body,
 )
+from txmq.client.request_reply import ReplyWaiters, is_reply, mark_request
 from txmq.client.selection import RETRYABLE_SEND_CODES, QueueRoundRobin, QueueSelector, select_by_hash
 from txmq.errors import MQBrokerError, MQClientError, RemotingError, RequestTimeoutError
 from txmq.protocol.record import BatchEntry, Prop, SysFlag, UniqKeyGenerator, encode_batch, encode_properties
@@ -154,6 +156,36 @@ class Producer(ClientLifecycle):
     async def send_orderly(self, msg: Message, sharding_key: Any, timeout: float | None = None) -> SendResult:
         """Send so that every message with the same ``sharding_key`` goes to the same queue (hash selector)."""
         return await self.send(msg, timeout, selector=select_by_hash, arg=sharding_key)
+
+    async def request(
+        self,
+        msg: Message,
+        timeout: float = 3.0,
+        *,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> MessageExt:
+        """Send ``msg`` as a request and wait for its reply (RocketMQ's request-reply): the consumer that gets it
+        answers with :func:`txmq.client.request_reply.create_reply`. Raises :class:`RequestTimeoutError` when no
+        reply comes within ``timeout`` seconds (sending included)."""
+        check_message(msg, self.max_message_size)
+        instance = self.instance
+        clock = instance.clock
+        deadline = clock.monotonic() + timeout
+        waiters = ReplyWaiters.of(instance)
+        correlation_id = mark_request(msg, instance.client_id, timeout)
+        if instance.route(msg.topic) is None:
+            # As Java's request(): learn the topic's brokers, then heartbeat them, so that a broker knows this
+            # client's connection by the time the reply comes.
+            await instance.get_publish_route(msg.topic, self.default_topic_queue_nums, self.auto_create_topic)
+            await instance.send_heartbeat_to_all()
+        future = waiters.expect(correlation_id)
+        try:
+            await self.send(msg, max(deadline - clock.monotonic(), 0.001), selector=selector, arg=arg)
+        except BaseException:
+            waiters.forget(correlation_id)
+            raise
+        return await waiters.wait(correlation_id, future, deadline - clock.monotonic())
 
     def send_async(
         self,
@@ -366,7 +398,15 @@ class Producer(ClientLifecycle):
             batch_body is not None,
         )
         return await self.instance.api.send_message(
-            addr, mq, ext, body, timeout, uniq_key=uniq_key, batch=batch_body is not None, oneway=oneway
+            addr,
+            mq,
+            ext,
+            body,
+            timeout,
+            uniq_key=uniq_key,
+            batch=batch_body is not None,
+            oneway=oneway,
+            reply=batch_body is None and is_reply(msg),
         )
 
     async def _send_retry_copy(

@@ -47,6 +47,11 @@ TOPIC_NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_LENGTH = 127
 
 
+def reply_topic(cluster: str) -> str:
+    """Where request-reply's replies go (``<cluster>_REPLY_TOPIC``): every broker of ``cluster`` has it."""
+    return f"{cluster}_REPLY_TOPIC"
+
+
 def retry_topic(group: str) -> str:
     """``%RETRY%<group>``: where a consumer group's rejected messages come back."""
     return RETRY_GROUP_TOPIC_PREFIX + group

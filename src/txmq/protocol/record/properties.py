@@ -29,6 +29,13 @@ class Prop:
     MSG_REGION = "MSG_REGION"
     TRACE_ON = "TRACE_ON"
     TRANSACTION_ID = "__transactionId__"
+    # Request-reply (RocketMQ 4.6+): what a request carries, and what the broker adds when it pushes the reply.
+    CORRELATION_ID = "CORRELATION_ID"
+    REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+    TTL = "TTL"
+    MSG_TYPE = "MSG_TYPE"
+    PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+    REPLY_ARRIVE_TIME = "ARRIVE_TIME"
     # txmq: several messages in one transaction (docs/transactions.md). Every half message of it carries the
     # transaction id (the first message's UNIQ_KEY) and its place; a check carries how many messages it holds.
     TX_ID = "TXMQ_TX_ID"
