@@ -435,3 +435,48 @@ def test_go_admin_creates_a_topic_and_a_push_consumer_starts_on_it_at_once(txmq_
     assert sender.returncode == 0, sender.describe()
     assert consumer.wait(90) == 0, consumer.describe()
     _assert_exactly_once(consumer.of("received"), {f"c-{i}" for i in range(5)})
+
+
+def test_go_request_gets_a_reply_from_a_txmq_consumer(txmq_cluster, txmqgo) -> None:
+    """Request-reply: the Go client's Producer.Request, answered by txmq's own push consumer with create_reply."""
+    import asyncio
+    import threading
+
+    from txmq.client import ConsumeStatus, MessageExt, Producer, PushConsumer
+    from txmq.client.request_reply import create_reply
+
+    ns = txmq_cluster.namesrv_addr
+    topic = _name("GoReq")
+    with Admin(ns) as admin:
+        admin.create_topic(topic, cluster="DefaultCluster")
+    ready, stop = threading.Event(), threading.Event()
+    answered: list[bytes] = []
+
+    async def serve() -> None:
+        async with Producer(_name("GoRepPG"), ns) as replier:
+
+            async def answer(msgs: list[MessageExt]) -> ConsumeStatus:
+                for m in msgs:
+                    await replier.send(create_reply(m, b"re:" + m.body))
+                    answered.append(m.body)
+                return ConsumeStatus.CONSUME_SUCCESS
+
+            consumer = PushConsumer(_name("GoRepG"), ns)
+            consumer.subscribe(topic)
+            consumer.register_listener(answer)
+            async with consumer:
+                ready.set()
+                while not stop.is_set():
+                    await asyncio.sleep(0.05)
+
+    server = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    server.start()
+    try:
+        assert ready.wait(30)
+        run = run_go(["request", "--namesrv", ns, "--topic", topic, "--count", "3", "--reply-timeout", "20s"], 120)
+    finally:
+        stop.set()
+        server.join(30)
+    assert run.returncode == 0, run.describe()
+    assert [(e["i"], e["body"]) for e in run.of("reply")] == [(i, f"re:go-ask-{i}") for i in range(3)], run.describe()
+    assert {e["topic"] for e in run.of("reply")} == {"DefaultCluster_REPLY_TOPIC"}

@@ -4,6 +4,7 @@
 //	txmqgo send    --namesrv ADDR --topic T [--count N] [--mode sync|async|oneway|batch] [--keys FMT] ...
 //	txmqgo tx      --namesrv ADDR --topic T --group G --plan commit,rollback,unknown:commit,unknown:rollback ...
 //	               (a plan item is the local transaction's answer, then after ':' the check-back's answer)
+//	txmqgo request --namesrv ADDR --topic T [--count N] [--reply-timeout 10s]
 //	txmqgo consume --namesrv ADDR --topic T --group G [--expect N] [--timeout S] [--linger S] [--create-topic BROKER]
 //
 // In --keys, "{i}" stands for the message's index. The client's own log goes to stderr.
@@ -597,9 +598,54 @@ func runConsume(args []string) int {
 	return code
 }
 
+// ---- request: request-reply (Producer.Request waits for the reply a consumer sends) ----
+
+func runRequest(args []string) int {
+	fs := flag.NewFlagSet("request", flag.ExitOnError)
+	var c common
+	c.register(fs, "txmqgo_req_pg")
+	count := fs.Int("count", 1, "requests to send, one after another")
+	prefix := fs.String("body-prefix", "go-ask-", "body is PREFIX + index")
+	wait := fs.Duration("reply-timeout", 10*time.Second, "how long each request waits for its reply")
+	fs.Parse(args)
+	c.check(fs)
+
+	p, err := rocketmq.NewProducer(
+		producer.WithNsResolver(primitive.NewPassthroughResolver(c.nameservers())),
+		producer.WithGroupName(c.group),
+	)
+	if err != nil {
+		fail(exitClient, "new producer: %v", err)
+	}
+	if err := p.Start(); err != nil {
+		fail(exitClient, "start producer: %v", err)
+	}
+	defer p.Shutdown()
+	failed := 0
+	for i := 0; i < *count; i++ {
+		body := fmt.Sprintf("%s%d", *prefix, i)
+		ctx, cancel := context.WithTimeout(context.Background(), *wait+5*time.Second)
+		reply, err := p.Request(ctx, *wait, primitive.NewMessage(c.topic, []byte(body)))
+		cancel()
+		if err != nil {
+			failed++
+			emit("request_failed", map[string]interface{}{"body": body, "error": err.Error()})
+			continue
+		}
+		emit("reply", map[string]interface{}{
+			"i": i, "body": string(reply.Body), "topic": reply.Topic, "properties": reply.GetProperties(),
+		})
+	}
+	emit("summary", map[string]interface{}{"failed": failed})
+	if failed > 0 {
+		return exitIncomplete
+	}
+	return exitOK
+}
+
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: txmqgo send|tx|consume [options]")
+		fmt.Fprintln(os.Stderr, "usage: txmqgo send|tx|consume|request [options]")
 		os.Exit(exitUsage)
 	}
 	var code int
@@ -610,6 +656,8 @@ func main() {
 		code = runTx(os.Args[2:])
 	case "consume":
 		code = runConsume(os.Args[2:])
+	case "request":
+		code = runRequest(os.Args[2:])
 	default:
 		fmt.Fprintf(os.Stderr, "unknown subcommand %q\n", os.Args[1])
 		code = exitUsage
