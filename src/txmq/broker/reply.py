@@ -15,7 +15,6 @@ import logging
 import random
 from typing import TYPE_CHECKING, Any
 
-from txmq.broker.refusal import BrokerRefusal
 from txmq.broker.stored import send_response
 from txmq.clock import Clock
 from txmq.errors import ProtocolError
@@ -61,11 +60,7 @@ class ReplyProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
         config = self.config
         cfg = self.send.check_topic(header.topic, header.queueId, header.defaultTopic, header.defaultTopicQueueNums)
-        if len(cmd.body) > config.max_message_size:
-            raise BrokerRefusal(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the message body size {len(cmd.body)} is over the limit {config.max_message_size}",
-            )
+        self.send.check_body_size(len(cmd.body))
         queue_id = header.queueId if header.queueId >= 0 else self._random.randrange(max(1, cfg.write_queue_nums))
         props = decode_properties(header.properties or "")
         pushed, problem = await self._push(conn, header, props, cmd.body, queue_id)

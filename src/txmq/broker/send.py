@@ -125,6 +125,13 @@ class SendProcessor:
             )
         return cfg
 
+    def check_body_size(self, size: int) -> None:
+        if size > self.config.max_message_size:
+            raise BrokerRefusal(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size {size} is over the limit {self.config.max_message_size}",
+            )
+
     def _pick_queue(self, header: SendMessageRequestHeader, cfg: TopicConfig) -> int:
         if header.queueId < 0:
             return self._random.randrange(max(1, cfg.write_queue_nums))
@@ -170,11 +177,7 @@ class SendProcessor:
         queue_id = self._pick_queue(header, cfg)
         response_queue_id = queue_id
         topic, queue_id = self._retry_redirect(header, header.topic, queue_id, cmd.version)
-        if len(cmd.body) > config.max_message_size:
-            raise BrokerRefusal(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the message body size {len(cmd.body)} is over the limit {config.max_message_size}",
-            )
+        self.check_body_size(len(cmd.body))
         props = decode_properties(header.properties or "")
         props.pop(Prop.WAIT, None)
         props[Prop.CLUSTER] = config.broker_cluster_name
