@@ -115,7 +115,9 @@ class Producer(_Blocking[_producer.Producer]):
     def send_orderly(self, msg: Message, sharding_key: Any, timeout: float | None = None) -> SendResult:
         return self._portal.run(self._async.send_orderly(msg, sharding_key, timeout))
 
-    def request(self, msg: Message, timeout: float = 3.0, *, selector: Any = None, arg: Any = None) -> MessageExt:
+    def request(
+        self, msg: Message, timeout: float = 3.0, *, selector: QueueSelector | None = None, arg: Any = None
+    ) -> MessageExt:
         """Send ``msg`` as a request and wait for its reply (see :meth:`txmq.client.Producer.request`)."""
         return self._portal.run(self._async.request(msg, timeout, selector=selector, arg=arg))
 
