@@ -57,9 +57,13 @@ _FOLD_SCHEMA = "half_phys bigint, decision string, decision_ms bigint"
 def _fold_partitions(batches: Iterator[Any]) -> Iterator[Any]:
     """Op records sorted by (half message, log offset) within a partition, folded one transaction at a time by
     :func:`txmq.txn.rebuild.fold`: each transaction's decision in force (COMMIT, ROLLBACK, UNKNOWN, or DISCARD while
-    discarded) and when it was taken. A transaction's records may span two Arrow batches; its fold carries over."""
-    import pandas as pd
+    discarded) and when it was taken. A transaction's records may span two Arrow batches; its fold carries over.
 
+    Arrow in, Arrow out (``mapInArrow``): the executors need pyarrow, which every Python data source needs anyway,
+    and not pandas."""
+    import pyarrow as pa
+
+    schema = pa.schema([("half_phys", pa.int64()), ("decision", pa.string()), ("decision_ms", pa.int64())])
     current: int | None = None
     folded = Folded()
     halves: list[int] = []
@@ -72,27 +76,32 @@ def _fold_partitions(batches: Iterator[Any]) -> Iterator[Any]:
         decisions.append(decided.action if decided else None)
         times.append(decided.at if decided else None)
 
-    for batch in batches:
-        columns = (
-            batch["half_phys"],
-            batch["kind"],
-            batch["decision"],
-            batch["commit_log_offset"],
-            batch["born_timestamp"],
+    def flush() -> Any:
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(halves, pa.int64()), pa.array(decisions, pa.string()), pa.array(times, pa.int64())],
+            schema=schema,
         )
+        halves.clear()
+        decisions.clear()
+        times.clear()
+        return batch
+
+    for batch in batches:
+        columns = [
+            batch.column(name).to_pylist()
+            for name in ("half_phys", "kind", "decision", "commit_log_offset", "born_timestamp")
+        ]
         for half, kind, decision, offset, born in zip(*columns, strict=True):
-            half = int(half)
             if half != current:
                 if current is not None:
                     emit()
                 current, folded = half, Folded()
-            fold(folded, OpEvent(int(offset), REPLAY_RESUME if kind == "RESUME" else str(decision), int(born)))
+            fold(folded, OpEvent(offset, REPLAY_RESUME if kind == "RESUME" else str(decision), born))
         if halves:
-            yield pd.DataFrame({"half_phys": halves, "decision": decisions, "decision_ms": times})
-            halves, decisions, times = [], [], []
+            yield flush()
     if current is not None:
         emit()
-        yield pd.DataFrame({"half_phys": halves, "decision": decisions, "decision_ms": times})
+        yield flush()
 
 
 def transaction_events(spark: SparkSession, store: str) -> DataFrame:
@@ -158,7 +167,7 @@ def transaction_audit(spark: SparkSession, store: str, events: DataFrame | None 
         ops.filter(col("half_phys").isNotNull())
         .repartition("half_phys")
         .sortWithinPartitions("half_phys", "commit_log_offset")
-        .mapInPandas(_fold_partitions, _FOLD_SCHEMA)
+        .mapInArrow(_fold_partitions, _FOLD_SCHEMA)
     )
     deliveries = (
         ev.filter(col("kind") == "DELIVERY")
