@@ -1,6 +1,6 @@
 """txmq's Spark jobs on a real Spark standalone cluster, submitted as docs/spark.md says.
 
-One master and one worker (pyspark's own spark-class, loopback, ports of their choosing) for the module. Executors run
+One master and one worker of two cores (pyspark's own spark-class, loopback, ports of their choosing) for the module. Executors run
 a virtualenv holding only the executor requirements of `txmq spark package` (no txmq, no pandas); txmq reaches them
 as the package's zip on --py-files. The driver is the test's Python, which spark-submit launches.
 """
@@ -38,12 +38,13 @@ TEST_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+    "spark.executor.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
 }
 
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=1, cores=1, memory="1g")
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=1, cores=2, memory="1g")
     cluster.start()
     yield cluster
     cluster.stop()
