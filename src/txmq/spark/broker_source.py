@@ -53,6 +53,7 @@ KNOWN_OPTIONS = {
     "secretKey",
     "maxMessagesPerPartition",
     "maxMessagesPerTrigger",
+    "maxOffsetsPerTrigger",  # the Kafka source's name for maxMessagesPerTrigger
     "consumerGroup",
     "commitConsumerGroup",
     "requestTimeout",
@@ -378,8 +379,14 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise TxmqSparkError("endingOffsets/endingTimestamp are for batch reads; a stream has no end")
         self.start_ts = int_option(opts, "startingTimestamp", None)
         self.max_per_trigger = int_option(opts, "maxMessagesPerTrigger", None, minimum=1)
+        kafka_name = int_option(opts, "maxOffsetsPerTrigger", None, minimum=1)
+        if kafka_name is not None:
+            if self.max_per_trigger is not None:
+                raise TxmqSparkError("give maxMessagesPerTrigger or maxOffsetsPerTrigger (the same limit), not both")
+            self.max_per_trigger = kafka_name
         self.commit_group = opts.get("commitconsumergroup") or None  # lag of this group shows in txmq admin
         self._target: dict[str, int] | None = None
+        self._stored: dict[str, int] | None = None  # the offsets last stored on the broker for commit_group
 
     def _queues(self) -> list[QueueInfo]:
         return run_client(self.options, lambda inst: list_queues(inst, self.options.topics))[0]
@@ -403,6 +410,10 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = {q.key: q.max_offset for q in self._queues()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
+        # Spark plans a batch only once the one before is committed (or replays an uncommitted one without asking):
+        # ``start`` is what the sink holds. Storing it here, not only in commit(), which Spark calls one batch late
+        # and never for a run's last batch, keeps the broker's offsets for commitConsumerGroup up to date.
+        self._store_group_offsets(start)
         target = self._target
         latest = dict(target) if target is not None else {q.key: q.max_offset for q in self._queues()}
         begin = {k: int(start.get(k, 0)) for k in latest}
@@ -432,9 +443,15 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_range(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
+        self._store_group_offsets(end)
+
+    def _store_group_offsets(self, offsets: dict[str, Any]) -> None:
         group = self.commit_group
-        if group is None:
+        if group is None or not offsets:
             return
+        end = {k: int(v) for k, v in offsets.items()}
+        if end == self._stored or (self._stored is not None and all(end[k] <= self._stored.get(k, -1) for k in end)):
+            return  # already there (latestOffset runs at every trigger; commit() repeats it one batch late)
         queues = {q.key: q for q in self._queues()}
 
         async def update(instance: ClientInstance) -> None:
@@ -451,6 +468,8 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             run_client(self.options, update)
         except TxmqSparkError as exc:  # the checkpoint is the truth; the broker's copy is for lag display only
             log.warning("committing consumer group %s offsets to the broker failed: %s", group, exc)
+            return
+        self._stored = end
 
 
 def _cap(begin: dict[str, int], end: dict[str, int], budget: int) -> dict[str, int]:
