@@ -76,6 +76,7 @@ def _latency_chart(audit: DataFrame, path: str) -> None:
         for b in buckets:
             bottom[b] += by_bucket.get(b, 0)
     ax.set_xscale("log")
+    ax.yaxis.get_major_locator().set_params(integer=True)  # counts of transactions
     ax.set_xlabel("time from prepare to decision (ms, log scale)")
     ax.set_ylabel("transactions")
     ax.set_title("Time to resolution")
