@@ -24,6 +24,7 @@ from txmq.errors import ConnectError, MQBrokerError, MQClientError, NoRouteError
 from txmq.protocol.headers import PullMessageRequestHeader
 from txmq.spark.common import (
     MESSAGE_SCHEMA,
+    bool_option,
     check_options,
     dumps_offsets,
     int_option,
@@ -57,6 +58,7 @@ KNOWN_OPTIONS = {
     "consumerGroup",
     "commitConsumerGroup",
     "requestTimeout",
+    "failOnDataLoss",  # as the Kafka source: fail (default) or skip with a warning when retention deleted messages
     "path",
 }
 
@@ -69,6 +71,7 @@ class BrokerOptions:
     secret_key: str | None
     group: str
     timeout: float
+    fail_on_data_loss: bool = True
 
     @classmethod
     def parse(cls, fmt: str, raw: dict[str, str]) -> tuple[BrokerOptions, dict[str, str]]:
@@ -93,6 +96,7 @@ class BrokerOptions:
                 secret_key=secret or None,
                 group=opts.get("consumergroup") or DEFAULT_GROUP,
                 timeout=timeout / 1000,
+                fail_on_data_loss=bool_option(opts, "failOnDataLoss", True),
             ),
             opts,
         )
@@ -205,6 +209,7 @@ class QueueRange(InputPartition):
     secret_key: str | None
     group: str
     timeout: float
+    fail_on_data_loss: bool
     topic: str
     broker: str
     queue_id: int
@@ -217,6 +222,7 @@ class QueueRange(InputPartition):
         self.secret_key = options.secret_key
         self.group = options.group
         self.timeout = options.timeout
+        self.fail_on_data_loss = options.fail_on_data_loss
         self.topic = topic
         self.broker = broker
         self.queue_id = queue_id
@@ -224,7 +230,15 @@ class QueueRange(InputPartition):
         self.end = end
 
     def options(self) -> BrokerOptions:
-        return BrokerOptions(self.namesrv, (self.topic,), self.access_key, self.secret_key, self.group, self.timeout)
+        return BrokerOptions(
+            self.namesrv,
+            (self.topic,),
+            self.access_key,
+            self.secret_key,
+            self.group,
+            self.timeout,
+            self.fail_on_data_loss,
+        )
 
 
 def read_range(part: QueueRange) -> Iterator[tuple[Any, ...]]:
@@ -264,7 +278,7 @@ def read_range(part: QueueRange) -> Iterator[tuple[Any, ...]]:
                 nxt = result.next_begin_offset
             elif result.status is PullStatus.OFFSET_ILLEGAL and result.next_begin_offset > offset:
                 nxt = result.next_begin_offset
-                log.warning("%s/%d: offsets [%d, %d) are gone (retention)", part.topic, part.queue_id, offset, nxt)
+                data_lost(f"{part.topic}/{part.queue_id}", offset, nxt, part.fail_on_data_loss)
             elif result.status is PullStatus.NO_MATCHED_MSG:
                 nxt = result.next_begin_offset
             else:
@@ -275,6 +289,15 @@ def read_range(part: QueueRange) -> Iterator[tuple[Any, ...]]:
         return rows
 
     return iter(run_client(options, pull_all))
+
+
+def data_lost(queue: str, lo: int, hi: int, fail: bool) -> None:
+    """Messages ``[lo, hi)`` of ``queue`` are gone before they were read (deleted by retention): an error by
+    default, a warning naming the range with ``failOnDataLoss=false`` (the Kafka source's rule)."""
+    what = f"{queue}: messages at offsets [{lo}, {hi}) were deleted (retention) before they were read"
+    if fail:
+        raise TxmqSparkError(f"{what}; set option failOnDataLoss=false to skip them with a warning")
+    log.warning("%s; skipped (failOnDataLoss=false)", what)
 
 
 def _row_from_ext(m: Any) -> tuple[Any, ...]:
@@ -436,6 +459,11 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             q = queues.get(key)
             if q is None:
                 raise TxmqSparkError(f"queue {key} is in the offsets but no longer in the topic's route")
+            if lo < q.min_offset:  # retention got there first (a checkpoint older than the broker's reserve time)
+                data_lost(key, lo, min(hi, q.min_offset), self.options.fail_on_data_loss)
+                lo = q.min_offset
+                if hi <= lo:
+                    continue
             parts.append(QueueRange(self.options, q.topic, q.broker, q.queue_id, lo, hi))
         return parts
 
