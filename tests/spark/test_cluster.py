@@ -1,8 +1,8 @@
 """txmq's Spark jobs on a real Spark standalone cluster, submitted as docs/spark.md says.
 
-One master and one worker of two cores (pyspark's own spark-class, loopback, ports of their choosing) for the module. Executors run
-a virtualenv holding only the executor requirements of `txmq spark package` (no txmq, no pandas); txmq reaches them
-as the package's zip on --py-files. The driver is the test's Python, which spark-submit launches.
+One master and one worker of two cores (pyspark's own spark-class, loopback, ports of their choosing) for the module.
+Executors run a virtualenv holding only the executor requirements of `txmq spark package` (no txmq, no pandas); txmq
+reaches them as the package's zip on --py-files. The driver is the test's Python, which spark-submit launches.
 """
 
 # ruff: noqa: E402  (txmq.spark imports pyspark: the skip must come first)
