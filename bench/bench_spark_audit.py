@@ -20,6 +20,45 @@ from txmq.spark.audit import run_audit
 from txmq.spark.synthetic import Plan, write_transactions
 
 
+def tree_cpu() -> float:
+    """CPU seconds used so far by this process and every live descendant (the JVM, its Python workers), including
+    the children they have reaped: what the audit's phases cost whatever else runs on the machine."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    used: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(name)] = int(fields[1])
+        used[int(name)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    me = os.getpid()
+    total = 0
+    for pid, ticks in used.items():
+        p = pid
+        while p not in (0, 1, me) and p in parent:
+            p = parent[p]
+        if p == me:
+            total += ticks
+    return total / tick
+
+
+def scan_cpu(store: str) -> str:
+    """The transactions view of format txmq-store read by this process alone: what every executor task does, without
+    Spark. CPU seconds (less sensitive to a loaded machine than wall time) per record."""
+    from txmq.spark.store_source import TxmqStoreReader
+
+    reader = TxmqStoreReader({"path": store, "view": "transactions"})
+    started = time.process_time()
+    rows = sum(batch.num_rows for part in reader.partitions() for batch in reader.read(part))
+    cpu = time.process_time() - started
+    return f"{rows} rows in {cpu:.2f} CPU s, {cpu / rows * 1e6:.2f} us per row"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--transactions", type=int, default=1_000_000)
@@ -27,6 +66,8 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="work folder (default: a temp folder, removed afterwards)")
     ap.add_argument("--segment-size", type=int, default=1 << 30, help="commit-log segment size (broker default 1 GiB)")
     ap.add_argument("--report", action="store_true", help="also draw the HTML report")
+    ap.add_argument("--cpu", action="store_true", help="phases in CPU seconds of the process tree, not wall time")
+    ap.add_argument("--scan-cpu", action="store_true", help="also time the store scan alone (CPU s, one process)")
     args = ap.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="txmq-bench-audit-")
     store = os.path.join(work, "store")
@@ -49,7 +90,11 @@ def main() -> None:
         spark = get_spark(args.master, app_name="bench-audit", conf=conf)
         spark.sparkContext.setLogLevel("ERROR")
         session = time.perf_counter() - t1
-        result = run_audit(spark, store, out, report=args.report)
+        cpu0 = tree_cpu()
+        result = run_audit(
+            spark, store, out, report=args.report, phase_clock=tree_cpu if args.cpu else time.perf_counter
+        )
+        cpu = tree_cpu() - cpu0
         total = result.seconds
         assert result.transactions == n, result
         assert result.by_resolution == {
@@ -61,6 +106,11 @@ def main() -> None:
         assert result.anomalies == 0
         print(f"session start: {session:.1f}s")
         print(f"audit of {n} transactions on {args.master}: {total:.1f}s, {n / total:,.0f} transactions/s")
+        unit = "CPU s" if args.cpu else "s"
+        print(f"phases ({unit}): " + ", ".join(f"{k} {v:.1f}" for k, v in result.phases.items()))
+        print(f"CPU of the driver, the JVM and its Python workers during the audit: {cpu:.1f}s")
+        if args.scan_cpu:
+            print(f"scan in this process, no Spark: {scan_cpu(store)}")
         spark.stop()
     finally:
         if args.dir is None:

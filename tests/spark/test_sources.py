@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ for _module in ("pyspark", "pyarrow"):
 from txmq.client import Message
 from txmq.client.sync import Admin, Producer, PullConsumer
 from txmq.spark import TxmqSparkError, clear_errors
+from txmq.spark.broker_source import TxmqStreamReader
 from txmq.spark.store_source import list_segments, scan_segment
 
 
@@ -95,16 +97,19 @@ def test_stream_restarted_with_new_messages_writes_each_once(spark: Any, txmq_cl
     ids = [r.msg_id for r in rows]
     assert len(ids) == len(set(ids)) == 55
     assert set(ids) == set(first + second + third)
-    # The group's progress is on the broker (committed one batch late: at least the first two runs).
+    # The group's progress is on the broker up to the last batch of the last run (Spark commits a source's batch
+    # only when it plans the next one, and never the last one of an availableNow run: the reader stores what the
+    # sink holds when Spark asks it for new data).
     with Admin(ns) as admin:
         stats = admin.consume_stats("SparkStreamCG", "SparkStream")
-    assert sum(w.consumer_offset for w in stats.offset_table.values()) >= 50
+    assert sum(w.consumer_offset for w in stats.offset_table.values()) == 55
 
 
 def test_rate_limit_splits_the_backlog(spark: Any, txmq_cluster: Any, tmp_path: Path) -> None:
     ns = txmq_cluster.namesrv_addr
     send(ns, "SparkRate", 40)
-    batches = run_stream(spark, ns, "SparkRate", tmp_path, maxMessagesPerTrigger="10")
+    # The Kafka source's name for maxMessagesPerTrigger, as data engineers type it from habit.
+    batches = run_stream(spark, ns, "SparkRate", tmp_path, maxOffsetsPerTrigger="10")
     assert [b["numInputRows"] for b in batches] == [10, 10, 10, 10]
     assert spark.read.parquet(str(tmp_path / "data")).select("msg_id").distinct().count() == 40
 
@@ -155,6 +160,9 @@ def test_clear_errors(quiet: Any, txmq_cluster: Any, tmp_path: Path) -> None:
     assert "unknown option 'startoffset'" in one_line_error(batch(namesrv=ns, topics="X", startOffset="1"))
     assert "startingOffsets" in one_line_error(batch(namesrv=ns, topics="X", startingOffsets="{bad"))
     assert "namesrv is required" in one_line_error(batch(topics="X"))
+    both = {"maxMessagesPerTrigger": "5", "maxOffsetsPerTrigger": "5"}
+    with pytest.raises(TxmqSparkError, match="not both"):
+        TxmqStreamReader({"namesrv": ns, "topics": "X", **both})
     missing = str(tmp_path / "nope")
     assert "does not exist" in one_line_error(lambda: spark.read.format("txmq-store").load(missing).collect())
 
@@ -171,3 +179,57 @@ def test_clear_errors(quiet: Any, txmq_cluster: Any, tmp_path: Path) -> None:
         q.awaitTermination(60)
 
     assert "unknown topic 'NoSuchStreamTopic'" in one_line_error(stream)
+
+
+# Retention behind a checkpoint: segments of 64 KiB, deleted as soon as they are not the active one.
+RETENTION_CONF = {
+    "mappedFileSizeCommitLog": str(64 * 1024),
+    "fileReservedTime": "0",
+    "deleteWhen": ";".join(f"{h:02d}" for h in range(24)),
+    "cleanResourceInterval": "200",
+}
+
+
+def queue_ranges(ns: str, topic: str) -> dict[str, tuple[int, int]]:
+    from txmq.spark.broker_source import BrokerOptions, list_queues, run_client
+
+    options, _ = BrokerOptions.parse("txmq", {"namesrv": ns, "topics": topic})
+    queues = run_client(options, lambda inst: list_queues(inst, (topic,)))[0]
+    return {q.key: (q.min_offset, q.max_offset) for q in queues}
+
+
+def test_fail_on_data_loss_both_ways(quiet: Any, make_cluster: Any, tmp_path: Path) -> None:
+    spark = quiet
+    cluster = make_cluster(RETENTION_CONF, name="retention")
+    ns = cluster.namesrv_addr
+    first = send(ns, "SparkRet", 8)
+    for way in ("strict", "lenient"):  # two queries, each with every one of the 8 in its checkpoint
+        run_stream(spark, ns, "SparkRet", tmp_path / way)
+    read = {k: v[1] for k, v in queue_ranges(ns, "SparkRet").items()}  # where each checkpoint stands
+    with Producer("SparkPG", ns) as p:  # 240 KiB: the log moves on by several segments, the first ones are deleted
+        for i in range(60):
+            p.send(Message("SparkRet", bytes([65 + i % 26]) * 4096, keys=f"big-{i}"))
+    deadline = time.monotonic() + 60
+    while True:
+        ranges = queue_ranges(ns, "SparkRet")
+        if all(ranges[k][0] > read[k] for k in read):
+            break
+        assert time.monotonic() < deadline, f"retention never deleted past the checkpoints: {ranges} {read}"
+        time.sleep(0.2)
+    message = one_line_error(lambda: run_stream(spark, ns, "SparkRet", tmp_path / "strict"))
+    assert "were deleted (retention) before they were read" in message and "failOnDataLoss=false" in message
+    assert any(message.startswith(f"{k}: messages at offsets [{read[k]}, ") for k in read), message
+    # failOnDataLoss=false: the lost ranges are skipped (with a warning), everything still there is read once.
+    run_stream(spark, ns, "SparkRet", tmp_path / "lenient", failOnDataLoss="false")
+    rows = spark.read.parquet(str(tmp_path / "lenient" / "data")).select("msg_id", "queue_id", "queue_offset").collect()
+    ids = [r.msg_id for r in rows]
+    assert len(ids) == len(set(ids))
+    assert set(first) <= set(ids)
+    later_total = 0
+    for key, (_lo, hi) in queue_ranges(ns, "SparkRet").items():
+        qid = int(key.rsplit("/", 1)[1])
+        later = sorted(r.queue_offset for r in rows if r.queue_id == qid and r.queue_offset >= read[key])
+        if later:  # from where retention had got to, through the queue's end, each once
+            assert later == list(range(later[0], hi)) and later[0] >= ranges[key][0], (key, later, hi)
+        later_total += len(later)
+    assert later_total > 0

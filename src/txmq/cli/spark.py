@@ -21,6 +21,10 @@ def _session(args: argparse.Namespace) -> Any:
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are noise on a command's output
     conf = dict(item.split("=", 1) for item in (args.conf or []))
+    if args.remote:
+        if args.master:
+            raise SystemExit("txmq: give --master or --remote, not both")
+        return get_spark(conf=conf, remote=args.remote)  # Spark Connect: the server's log level is its own
     spark = get_spark(args.master, app_name=f"txmq-{args.spark_command}", conf=conf)
     spark.sparkContext.setLogLevel(args.spark_log_level)
     return spark
@@ -71,8 +75,47 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     return 0 if summary["consistent"] else 1
 
 
+def cmd_package(args: argparse.Namespace) -> int:
+    from txmq.spark.package import describe, write_package
+
+    print(describe(write_package(args.out)), end="")
+    return 0
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+    from pathlib import Path
+
+    from txmq.spark.local_cluster import ConnectServer, StandaloneCluster
+
+    work = Path(args.work_dir)
+    cluster = StandaloneCluster(work, workers=args.workers, cores=args.cores, memory=args.memory)
+    connect = None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        cluster.start()
+        print(f"master: {cluster.master_url} ({args.workers} worker(s), logs in {work / 'logs'})", flush=True)
+        if args.connect:
+            python = args.executor_python or sys.executable
+            connect = ConnectServer(work / "connect", python, master=cluster.master_url, port=args.connect_port)
+            connect.start()
+            print(f"Spark Connect: {connect.url}", flush=True)
+        print("Ctrl-C stops them", flush=True)
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if connect is not None:
+            connect.stop()
+        cluster.stop()
+    return 0
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", default=None, help="Spark master (default local[*]; under spark-submit: its own)")
+    p.add_argument("--remote", default=None, metavar="sc://HOST:PORT", help="run through Spark Connect instead")
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="extra Spark settings (repeatable)")
     p.add_argument("--spark-log-level", default="ERROR", help="Spark's own log level (default ERROR)")
 
@@ -104,6 +147,20 @@ def add_parser(subparsers: Any) -> None:
     rec.add_argument("--json", action="store_true", help="print the summary as JSON")
     _common(rec)
     rec.set_defaults(func=_guarded(cmd_reconcile))
+
+    pkg = sub.add_parser("package", help="txmq.zip, the spark-submit application and the executors' requirements")
+    pkg.add_argument("--out", default="dist/spark", help="output folder (default dist/spark)")
+    pkg.set_defaults(func=cmd_package)
+
+    clu = sub.add_parser("cluster", help="a Spark standalone master and workers (and Spark Connect) on loopback")
+    clu.add_argument("--work-dir", default="spark-cluster", help="logs and executors' folders (default spark-cluster)")
+    clu.add_argument("--workers", type=int, default=1)
+    clu.add_argument("--cores", type=int, default=1, help="cores per worker (default 1)")
+    clu.add_argument("--memory", default="1g", help="executor memory per worker (default 1g)")
+    clu.add_argument("--connect", action="store_true", help="also a Spark Connect server running on the cluster")
+    clu.add_argument("--connect-port", type=int, default=15002, help="its port (default 15002)")
+    clu.add_argument("--executor-python", default=None, help="the Python of the Connect server's workers")
+    clu.set_defaults(func=cmd_cluster)
 
 
 def _guarded(fn: Any) -> Any:

@@ -13,27 +13,72 @@ from typing import Any
 
 from txmq.spark.errors import TxmqSparkError, clear_errors
 
-__all__ = ["TxmqSparkError", "clear_errors", "get_spark", "register"]
+__all__ = ["TxmqSparkError", "clear_errors", "get_spark", "is_connect", "register"]
 
 
-def register(spark: Any) -> Any:
+def is_connect(spark: Any) -> bool:
+    """A Spark Connect session (``sc://``): the client holds no JVM and Python code runs on the server."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def register(spark: Any, *, ship: bool | None = None) -> Any:
+    """Register the ``txmq`` and ``txmq-store`` formats on ``spark``.
+
+    On a Spark Connect session the server's Python workers must import txmq too: unless ``ship=False`` (the server
+    already has txmq installed), txmq's own package is added to the session as a zip of Python files
+    (``addArtifacts(..., pyfile=True)``); the server's workers need only docs/spark.md's executor requirements."""
     from txmq.spark.broker_source import TxmqDataSource
     from txmq.spark.store_source import TxmqStoreDataSource
 
+    if ship is None:
+        ship = is_connect(spark)
+    if ship:
+        _ship_package(spark)
     spark.dataSource.register(TxmqDataSource)
     spark.dataSource.register(TxmqStoreDataSource)
     return spark
 
 
-def get_spark(master: str | None = None, app_name: str = "txmq", conf: dict[str, str] | None = None) -> Any:
+def _ship_package(spark: Any) -> None:
+    import hashlib
+    import tempfile
+
+    from txmq.spark.package import zip_bytes
+
+    data = zip_bytes()
+    # Named after its content: registering again on the same session adds the same artifact, never a second txmq.
+    name = f"txmq-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    with tempfile.TemporaryDirectory(prefix="txmq-ship-") as tmp:
+        path = os.path.join(tmp, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        spark.addArtifacts(path, pyfile=True)
+
+
+def get_spark(
+    master: str | None = None,
+    app_name: str = "txmq",
+    conf: dict[str, str] | None = None,
+    *,
+    remote: str | None = None,
+) -> Any:
     """A SparkSession with txmq's sources registered.
 
-    Under ``spark-submit`` the submitted master and settings are used as they are; otherwise ``master`` (default
-    ``local[*]``). Workers run this same Python unless PYSPARK_PYTHON says otherwise.
+    ``remote="sc://host:port"``: a Spark Connect session (``pip install 'txmq[spark-connect]'``), with txmq shipped
+    to the server (see :func:`register`). Otherwise, under ``spark-submit`` the submitted master and settings are used
+    as they are, and outside it ``master`` (default ``local[*]``). Workers run this same Python unless PYSPARK_PYTHON
+    (``spark.pyspark.python``) says otherwise.
     """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    if remote is not None:
+        if master is not None:
+            raise ValueError("give a master or a Spark Connect remote, not both")
+        builder = SparkSession.builder.remote(remote)
+        for key, value in (conf or {}).items():
+            builder = builder.config(key, value)
+        return register(builder.getOrCreate())
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM and chose the master
     if master is not None or not submitted:

@@ -24,6 +24,7 @@ from txmq.errors import ConnectError, MQBrokerError, MQClientError, NoRouteError
 from txmq.protocol.headers import PullMessageRequestHeader
 from txmq.spark.common import (
     MESSAGE_SCHEMA,
+    bool_option,
     check_options,
     dumps_offsets,
     int_option,
@@ -53,9 +54,11 @@ KNOWN_OPTIONS = {
     "secretKey",
     "maxMessagesPerPartition",
     "maxMessagesPerTrigger",
+    "maxOffsetsPerTrigger",  # the Kafka source's name for maxMessagesPerTrigger
     "consumerGroup",
     "commitConsumerGroup",
     "requestTimeout",
+    "failOnDataLoss",  # as the Kafka source: fail (default) or skip with a warning when retention deleted messages
     "path",
 }
 
@@ -68,6 +71,7 @@ class BrokerOptions:
     secret_key: str | None
     group: str
     timeout: float
+    fail_on_data_loss: bool = True
 
     @classmethod
     def parse(cls, fmt: str, raw: dict[str, str]) -> tuple[BrokerOptions, dict[str, str]]:
@@ -92,6 +96,7 @@ class BrokerOptions:
                 secret_key=secret or None,
                 group=opts.get("consumergroup") or DEFAULT_GROUP,
                 timeout=timeout / 1000,
+                fail_on_data_loss=bool_option(opts, "failOnDataLoss", True),
             ),
             opts,
         )
@@ -204,6 +209,7 @@ class QueueRange(InputPartition):
     secret_key: str | None
     group: str
     timeout: float
+    fail_on_data_loss: bool
     topic: str
     broker: str
     queue_id: int
@@ -216,6 +222,7 @@ class QueueRange(InputPartition):
         self.secret_key = options.secret_key
         self.group = options.group
         self.timeout = options.timeout
+        self.fail_on_data_loss = options.fail_on_data_loss
         self.topic = topic
         self.broker = broker
         self.queue_id = queue_id
@@ -223,7 +230,15 @@ class QueueRange(InputPartition):
         self.end = end
 
     def options(self) -> BrokerOptions:
-        return BrokerOptions(self.namesrv, (self.topic,), self.access_key, self.secret_key, self.group, self.timeout)
+        return BrokerOptions(
+            self.namesrv,
+            (self.topic,),
+            self.access_key,
+            self.secret_key,
+            self.group,
+            self.timeout,
+            self.fail_on_data_loss,
+        )
 
 
 def read_range(part: QueueRange) -> Iterator[tuple[Any, ...]]:
@@ -263,7 +278,7 @@ def read_range(part: QueueRange) -> Iterator[tuple[Any, ...]]:
                 nxt = result.next_begin_offset
             elif result.status is PullStatus.OFFSET_ILLEGAL and result.next_begin_offset > offset:
                 nxt = result.next_begin_offset
-                log.warning("%s/%d: offsets [%d, %d) are gone (retention)", part.topic, part.queue_id, offset, nxt)
+                data_lost(f"{part.topic}/{part.queue_id}", offset, nxt, part.fail_on_data_loss)
             elif result.status is PullStatus.NO_MATCHED_MSG:
                 nxt = result.next_begin_offset
             else:
@@ -274,6 +289,15 @@ def read_range(part: QueueRange) -> Iterator[tuple[Any, ...]]:
         return rows
 
     return iter(run_client(options, pull_all))
+
+
+def data_lost(queue: str, lo: int, hi: int, fail: bool) -> None:
+    """Messages ``[lo, hi)`` of ``queue`` are gone before they were read (deleted by retention): an error by
+    default, a warning naming the range with ``failOnDataLoss=false`` (the Kafka source's rule)."""
+    what = f"{queue}: messages at offsets [{lo}, {hi}) were deleted (retention) before they were read"
+    if fail:
+        raise TxmqSparkError(f"{what}; set option failOnDataLoss=false to skip them with a warning")
+    log.warning("%s; skipped (failOnDataLoss=false)", what)
 
 
 def _row_from_ext(m: Any) -> tuple[Any, ...]:
@@ -378,8 +402,14 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise TxmqSparkError("endingOffsets/endingTimestamp are for batch reads; a stream has no end")
         self.start_ts = int_option(opts, "startingTimestamp", None)
         self.max_per_trigger = int_option(opts, "maxMessagesPerTrigger", None, minimum=1)
+        kafka_name = int_option(opts, "maxOffsetsPerTrigger", None, minimum=1)
+        if kafka_name is not None:
+            if self.max_per_trigger is not None:
+                raise TxmqSparkError("give maxMessagesPerTrigger or maxOffsetsPerTrigger (the same limit), not both")
+            self.max_per_trigger = kafka_name
         self.commit_group = opts.get("commitconsumergroup") or None  # lag of this group shows in txmq admin
         self._target: dict[str, int] | None = None
+        self._stored: dict[str, int] | None = None  # the offsets last stored on the broker for commit_group
 
     def _queues(self) -> list[QueueInfo]:
         return run_client(self.options, lambda inst: list_queues(inst, self.options.topics))[0]
@@ -403,6 +433,10 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = {q.key: q.max_offset for q in self._queues()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
+        # Spark plans a batch only once the one before is committed (or replays an uncommitted one without asking):
+        # ``start`` is what the sink holds. Storing it here, not only in commit(), which Spark calls one batch late
+        # and never for a run's last batch, keeps the broker's offsets for commitConsumerGroup up to date.
+        self._store_group_offsets(start)
         target = self._target
         latest = dict(target) if target is not None else {q.key: q.max_offset for q in self._queues()}
         begin = {k: int(start.get(k, 0)) for k in latest}
@@ -425,6 +459,11 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             q = queues.get(key)
             if q is None:
                 raise TxmqSparkError(f"queue {key} is in the offsets but no longer in the topic's route")
+            if lo < q.min_offset:  # retention got there first (a checkpoint older than the broker's reserve time)
+                data_lost(key, lo, min(hi, q.min_offset), self.options.fail_on_data_loss)
+                lo = q.min_offset
+                if hi <= lo:
+                    continue
             parts.append(QueueRange(self.options, q.topic, q.broker, q.queue_id, lo, hi))
         return parts
 
@@ -432,9 +471,15 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_range(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
+        self._store_group_offsets(end)
+
+    def _store_group_offsets(self, offsets: dict[str, Any]) -> None:
         group = self.commit_group
-        if group is None:
+        if group is None or not offsets:
             return
+        end = {k: int(v) for k, v in offsets.items()}
+        if end == self._stored or (self._stored is not None and all(end[k] <= self._stored.get(k, -1) for k in end)):
+            return  # already there (latestOffset runs at every trigger; commit() repeats it one batch late)
         queues = {q.key: q for q in self._queues()}
 
         async def update(instance: ClientInstance) -> None:
@@ -451,6 +496,8 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             run_client(self.options, update)
         except TxmqSparkError as exc:  # the checkpoint is the truth; the broker's copy is for lag display only
             log.warning("committing consumer group %s offsets to the broker failed: %s", group, exc)
+            return
+        self._stored = end
 
 
 def _cap(begin: dict[str, int], end: dict[str, int], budget: int) -> dict[str, int]:

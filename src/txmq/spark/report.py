@@ -59,15 +59,27 @@ def _latency_chart(audit: DataFrame, path: str) -> None:
         .count()
         .toPandas()
     )
+    # A histogram: one bar per bucket [10^(b/4), 10^((b+1)/4)) ms, the resolutions stacked in it.
     fig, ax = plt.subplots(figsize=(7, 4))
+    buckets = sorted({int(b) for b in counts["b"]}) if len(counts) else []
+    bottom = dict.fromkeys(buckets, 0)
     for res, colour in RESOLUTION_COLOURS.items():
-        part = counts[counts["resolution"] == res].sort_values("b")
-        if len(part):
-            ax.step([10 ** (b / 4) for b in part["b"]], part["count"], where="post", label=res, color=colour)
+        part = counts[counts["resolution"] == res]
+        if not len(part):
+            continue
+        by_bucket = {int(b): int(c) for b, c in zip(part["b"], part["count"], strict=True)}
+        lefts = [10 ** (b / 4) for b in buckets]
+        widths = [10 ** ((b + 1) / 4) - 10 ** (b / 4) for b in buckets]
+        heights = [by_bucket.get(b, 0) for b in buckets]
+        ax.bar(lefts, heights, width=widths, bottom=[bottom[b] for b in buckets], align="edge", label=res,
+               color=colour, edgecolor="white", linewidth=0.5)  # fmt: skip
+        for b in buckets:
+            bottom[b] += by_bucket.get(b, 0)
     ax.set_xscale("log")
-    ax.set_xlabel("time to resolution (ms)")
+    ax.yaxis.get_major_locator().set_params(integer=True)  # counts of transactions
+    ax.set_xlabel("time from prepare to decision (ms, log scale)")
     ax.set_ylabel("transactions")
-    ax.set_title("Time from prepare to decision")
+    ax.set_title("Time to resolution")
     if len(counts):
         ax.legend()
     fig.tight_layout()

@@ -14,6 +14,7 @@ columns plus ``commit_log_offset`` and ``store_size``; ``transactions``, one com
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -174,30 +175,9 @@ def scan(seg: Segment, decode: Callable[[RecordView], Any]) -> Iterator[Any]:
         mm.close()
 
 
-_TX_TOPICS = {HALF_TOPIC.encode(), OP_TOPIC.encode(), DISCARD_TOPIC.encode()}
-
-
-def transaction_rows_of(view: RecordView) -> list[tuple[Any, ...]] | None:
-    """:func:`transaction_rows` of a record view, decoding properties only of transaction-related records (the
-    audit's hot loop)."""
-    topic = view.topic_bytes
-    sys_flag = view.sys_flag
-    if topic not in _TX_TOPICS and sys_flag & TX_MASK != TX_COMMIT_TYPE:
-        return None
-    topic_text = view.topic
-    record = MessageRecord(
-        topic=topic_text,
-        body=view.body if topic_text == OP_TOPIC else b"",
-        queue_id=view.queue_id,
-        queue_offset=view.queue_offset,
-        physical_offset=view.physical_offset,
-        sys_flag=sys_flag,
-        born_timestamp=view.born_timestamp,
-        store_timestamp=view.store_timestamp,
-        prepared_transaction_offset=view.prepared_transaction_offset,
-        properties=view.properties,
-    )
-    return transaction_rows(record, view.offset_msg_id)
+_HALF = HALF_TOPIC.encode()
+_OP = OP_TOPIC.encode()
+_DISCARD = DISCARD_TOPIC.encode()
 
 
 def _int(text: str | None) -> int | None:
@@ -209,102 +189,141 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def transaction_rows(record: MessageRecord, offset_msg_id: str | None = None) -> list[tuple[Any, ...]] | None:
-    """The TX_SCHEMA rows of a transaction-related record (an op marker has one per decision it holds), or None for
-    any other record."""
-    topic = record.topic
-    props = record.properties
-    uniq = props.get(Prop.UNIQ_KEY)
-    msg_id = offset_msg_id if offset_msg_id is not None else record.offset_msg_id
-    born, stored = record.born_timestamp, record.store_timestamp
-    several = props.get(Prop.TX_ID)
-    seq = _int(props.get(Prop.TX_SEQ)) if several else None
-    if topic == HALF_TOPIC:
-        group, real_topic, real_qid = props.get(Prop.PGROUP), props.get(Prop.REAL_TOPIC), _int(props.get(Prop.REAL_QID))
-        tx_id = several or props.get(Prop.TRANSACTION_ID) or uniq
-        phys = record.physical_offset
-        return [
-            (
-                "HALF",
-                phys,
-                phys,
-                record.queue_offset,
-                group,
-                real_topic,
-                real_qid,
-                None,
-                tx_id,
-                uniq,
-                msg_id,
-                None,
-                None,
-                born,
-                stored,
-                seq,
-            )
-        ]
-    if topic == OP_TOPIC:
-        tag = props.get(Prop.TAGS)
-        if tag != OP_TAG and tag != RESUME_TAG:
-            return None
-        try:
-            marked = parse_marker(record.body, props)
-        except ValueError:
-            return None  # a malformed marker is ignored, as the broker does
-        keys = (props.get(Prop.KEYS) or "").split(" ")
-        if len(keys) != len(marked):  # txmq markers list the transactions' UNIQ_KEYs in KEYS, in order
-            keys = [uniq] * len(marked)
-        kind = "OP" if tag == OP_TAG else "RESUME"
-        return [
-            (
-                kind,
-                record.physical_offset,
-                m.half_phys,
-                m.half_queue_offset,
-                None,
-                None,
-                None,
-                record.queue_offset,
-                None,
-                key or None,
-                msg_id,
-                m.decision if tag == OP_TAG else None,
-                None,
-                born,
-                stored,
-                None,
-            )
-            for m, key in zip(marked, keys, strict=True)
-        ]
-    if topic == DISCARD_TOPIC:
-        group, real_topic, real_qid = props.get(Prop.PGROUP), props.get(Prop.REAL_TOPIC), _int(props.get(Prop.REAL_QID))
-        tx_id = props.get(Prop.TRANSACTION_ID) or uniq
-        checks = _int(props.get(Prop.TRANSACTION_CHECK_TIMES))
-        return [
-            (
-                "DISCARD_COPY",
-                record.physical_offset,
-                None,
-                None,
-                group,
-                real_topic,
-                real_qid,
-                record.queue_offset,
-                tx_id,
-                uniq,
-                msg_id,
-                None,
-                checks,
-                born,
-                stored,
-                seq,
-            )
-        ]
-    if record.sys_flag & TX_MASK == TX_COMMIT_TYPE:
-        tx_id = several or props.get(Prop.TRANSACTION_ID) or uniq
-        row = ("DELIVERY", record.physical_offset, record.prepared_transaction_offset, None, props.get(Prop.PGROUP))
-        return [(*row, topic, record.queue_id, record.queue_offset, tx_id, uniq, msg_id, None, None, born, stored, seq)]
-    return None
+class TransactionColumns:
+    """The ``transactions`` view (TX_COLUMNS) built column by column from record views: a half message, one row per
+    decision of an op marker (a marker may hold several) or resume record, a committed delivery, a discard copy.
+    Any other record is skipped from its topic and sysFlag alone, before anything else is decoded.
+
+    The hot loop of the audit: per record one header read, one properties parse, and the offsetMsgId from the
+    store host's hex (kept per host) and the offset, with no record object or row tuple in between."""
+
+    def __init__(self) -> None:
+        self.columns: tuple[list[Any], ...] = tuple([] for _ in TX_COLUMNS)
+        self._prefix: dict[bytes, str] = {}  # store host bytes -> their upper-case hex
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def add(self, view: RecordView) -> None:
+        topic = view.topic_bytes
+        sys_flag = view.sys_flag
+        if topic == _HALF:
+            kind = "HALF"
+        elif topic == _OP:
+            kind = "OP"
+        elif topic == _DISCARD:
+            kind = "DISCARD_COPY"
+        elif sys_flag & TX_MASK == TX_COMMIT_TYPE:
+            kind = "DELIVERY"
+        else:
+            return
+        _size, _magic, _crc, queue_id, _flag, queue_offset, phys, _sys, born = view.head()
+        props = view.properties
+        host = view.store_host_bytes
+        prefix = self._prefix.get(host)
+        if prefix is None:
+            prefix = self._prefix[host] = host.hex().upper()
+        msg_id = f"{prefix}{phys:016X}"
+        stored = view.store_timestamp
+        uniq = props.get(Prop.UNIQ_KEY)
+        several = props.get(Prop.TX_ID)
+        seq = _int(props.get(Prop.TX_SEQ)) if several else None
+        (kinds, offsets, halves, half_qos, groups, topics, qids, qos, tx_ids, uniqs, msg_ids, decisions, checks, borns,
+         storeds, seqs) = self.columns  # fmt: skip
+        if kind == "OP":
+            tag = props.get(Prop.TAGS)
+            if tag != OP_TAG and tag != RESUME_TAG:
+                return
+            try:
+                marked = parse_marker(view.body, props)
+            except ValueError:
+                return  # a malformed marker is ignored, as the broker does
+            keys = (props.get(Prop.KEYS) or "").split(" ")
+            if len(keys) != len(marked):  # txmq markers list the transactions' UNIQ_KEYs in KEYS, in order
+                keys = [uniq] * len(marked)
+            is_op = tag == OP_TAG
+            for m, key in zip(marked, keys, strict=True):
+                kinds.append("OP" if is_op else "RESUME")
+                offsets.append(phys)
+                halves.append(m.half_phys)
+                half_qos.append(m.half_queue_offset)
+                groups.append(None)
+                topics.append(None)
+                qids.append(None)
+                qos.append(queue_offset)
+                tx_ids.append(None)
+                uniqs.append(key or None)
+                msg_ids.append(msg_id)
+                decisions.append(m.decision if is_op else None)
+                checks.append(None)
+                borns.append(born)
+                storeds.append(stored)
+                seqs.append(None)
+            return
+        kinds.append(kind)
+        offsets.append(phys)
+        msg_ids.append(msg_id)
+        uniqs.append(uniq)
+        decisions.append(None)
+        borns.append(born)
+        storeds.append(stored)
+        seqs.append(seq)
+        if kind == "HALF":
+            halves.append(phys)
+            half_qos.append(queue_offset)
+            groups.append(props.get(Prop.PGROUP))
+            topics.append(props.get(Prop.REAL_TOPIC))
+            qids.append(_int(props.get(Prop.REAL_QID)))
+            qos.append(None)
+            tx_ids.append(several or props.get(Prop.TRANSACTION_ID) or uniq)
+            checks.append(None)
+        elif kind == "DISCARD_COPY":
+            halves.append(None)
+            half_qos.append(None)
+            groups.append(props.get(Prop.PGROUP))
+            topics.append(props.get(Prop.REAL_TOPIC))
+            qids.append(_int(props.get(Prop.REAL_QID)))
+            qos.append(queue_offset)
+            tx_ids.append(props.get(Prop.TRANSACTION_ID) or uniq)
+            checks.append(_int(props.get(Prop.TRANSACTION_CHECK_TIMES)))
+        else:  # DELIVERY: a committed copy in the real topic, pointing at its half message
+            halves.append(view.prepared_transaction_offset)
+            half_qos.append(None)
+            groups.append(props.get(Prop.PGROUP))
+            topics.append(view.topic)
+            qids.append(queue_id)
+            qos.append(queue_offset)
+            tx_ids.append(several or props.get(Prop.TRANSACTION_ID) or uniq)
+            checks.append(None)
+
+    def batch(self, schema: pa.Schema) -> pa.RecordBatch:
+        """The rows added so far as one Arrow batch; the columns start empty again."""
+        arrays = [pa.array(col, type=f.type) for f, col in zip(schema, self.columns, strict=True)]
+        for col in self.columns:
+            col.clear()
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def transaction_batches(seg: Segment, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The ``transactions`` view of one segment (range), in Arrow batches of about ``batch_rows`` rows."""
+    schema = arrow_schema(TX_COLUMNS)
+    cols = TransactionColumns()
+    add = cols.add
+    with contextlib.closing(scan(seg, _same)) as views:
+        for view in views:  # each view is used before the walk moves on (its map closes with the walk)
+            try:
+                add(view)
+            except RecordDecodeError as exc:  # topic or properties that are not UTF-8
+                log.warning("%s: stopped at %d (damaged record: %s)", seg.path, view.physical_offset, exc)
+                break
+            if len(cols) >= batch_rows:
+                yield cols.batch(schema)
+    if len(cols):
+        yield cols.batch(schema)
+
+
+def _same(view: RecordView) -> RecordView:
+    return view
 
 
 def _batches(rows: Iterator[tuple[Any, ...]], schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -378,14 +397,11 @@ class TxmqStoreReader(DataSourceReader):
         if partition.start < 0:
             return iter(())
         if self.view == "transactions":
-            schema = arrow_schema(TX_COLUMNS)
-            rows = (row for rows_of in scan(partition, transaction_rows_of) for row in rows_of)
-        else:
-            schema = arrow_schema(STORE_COLUMNS)
-            topics = self.topics
-            rows = (
-                (*message_row(rec), rec.physical_offset, rec.store_size)
-                for rec in scan_segment(partition, with_body=self.with_body)
-                if not topics or rec.topic in topics
-            )
-        return _batches(rows, schema, self.batch_rows)
+            return transaction_batches(partition, self.batch_rows)
+        topics = self.topics
+        rows = (
+            (*message_row(rec), rec.physical_offset, rec.store_size)
+            for rec in scan_segment(partition, with_body=self.with_body)
+            if not topics or rec.topic in topics
+        )
+        return _batches(rows, arrow_schema(STORE_COLUMNS), self.batch_rows)

@@ -25,6 +25,7 @@ from txmq.protocol.record.layout import (
     BORN_HOST_POS,
     BORN_TIMESTAMP_POS,
     FLAG_POS,
+    HEAD,
     I32,
     I64,
     PHYSICAL_OFFSET_POS,
@@ -132,7 +133,17 @@ class RecordView:
 
     @property
     def store_host(self) -> Host:
-        return _decode_host(self._slice(store_timestamp_pos(self.sys_flag) + 8, self._body_pos - _TAIL))
+        return _decode_host(self.store_host_bytes)
+
+    @property
+    def store_host_bytes(self) -> bytes:
+        """STOREHOST as stored (IP then port, 8 or 20 bytes): the first part of the offsetMsgId."""
+        return self._slice(store_timestamp_pos(self.sys_flag) + 8, self._body_pos - _TAIL)
+
+    def head(self) -> tuple[int, int, int, int, int, int, int, int, int]:
+        """TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP in one read
+        (for loops over many records)."""
+        return HEAD.unpack_from(self._buf, self._pos)  # type: ignore[no-any-return]
 
     @property
     def reconsume_times(self) -> int:
