@@ -249,6 +249,10 @@ class BrokerApp:
             folder=Path(config.store_path_root_dir) / "pop",
         )
         self.grpc_door = self._grpc_door(host) if config.grpc_listen_port else None
+        self.rpc_latency: Any = None
+        self.metrics_server: Any = None
+        if config.metrics_port:
+            self._metrics(host)
 
         store.on_new_messages(self.pull_holds.notify)
         self._register_handlers()
@@ -284,6 +288,28 @@ class BrokerApp:
         )
         return GrpcDoor(door, host=host, port=config.grpc_listen_port, max_message_size=config.max_message_size)
 
+    def _metrics(self, host: str) -> None:
+        # Imported here: a broker with metricsPort=0 never loads prometheus_client or aiohttp.
+        from prometheus_client import CollectorRegistry
+
+        from txmq.broker.metrics import BrokerCollector, MetricsServer, RpcLatency
+
+        self.rpc_latency = RpcLatency()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(
+            BrokerCollector(
+                config=self.config,
+                store=self.store,
+                stats=self.stats,
+                offsets=self.offsets,
+                clients=self.clients,
+                transactions=self.transactions,
+                server=self.server,
+                rpc=self.rpc_latency,
+            )
+        )
+        self.metrics_server = MetricsServer(registry, self.config.metrics_host or host, self.config.metrics_port)
+
     def _register_handlers(self) -> None:
         handlers: dict[int, Handler] = {}
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
@@ -299,7 +325,10 @@ class BrokerApp:
         handlers.update(self.consumer_admin.handlers())
         handlers.update(self.tools_admin.handlers())
         for code, handler in handlers.items():
-            self.dispatcher.register(code, answering_refusals(handler))
+            wrapped = answering_refusals(handler)
+            if self.rpc_latency is not None:
+                wrapped = self.rpc_latency.timed(code, wrapped)
+            self.dispatcher.register(code, wrapped)
 
     # -- lifecycle
 
@@ -316,6 +345,9 @@ class BrokerApp:
             await self.acl.start()
         if self.grpc_door is not None:
             await self.grpc_door.start()
+        if self.metrics_server is not None:
+            await self.metrics_server.start()
+            self.config.metrics_port = self.metrics_server.port
         await self.server.begin_serving()
         self.registration.start()  # once both doors serve, the name servers may send clients here
         log.info(
@@ -334,6 +366,8 @@ class BrokerApp:
             task.cancel()
         if self.grpc_door is not None:
             await self.grpc_door.close()
+        if self.metrics_server is not None:
+            await self.metrics_server.close()
         await self.pop.close()
         await self.transactions.close()
         await self.schedule.close()

@@ -80,6 +80,12 @@ class BrokerConfig:
     min_invisible_time_mills_for_recv: int = 10_000  # the proxy's lower bound on a receive's invisible duration
     # txmq: the long polling a push consumer is told to use (its close waits for a pending receive to end)
     grpc_push_long_polling_mills: int = 20_000
+    # Monitoring (issue 17): Prometheus /metrics and the web console
+    metrics_port: int = 5557  # RocketMQ's metricsPromExporterPort default; 0: no /metrics
+    metrics_host: str = ""  # empty: the broker's listening host
+    metrics_label_limit: int = 500  # txmq: past this many topics (or group+topic pairs) the rest share "_others"
+    console_port: int = 0  # 0: no console in the broker (``txmq console`` serves one against a cluster)
+    console_host: str = "127.0.0.1"
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
