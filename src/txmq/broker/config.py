@@ -83,7 +83,7 @@ class BrokerConfig:
     # Monitoring (issue 17): Prometheus /metrics and the web console
     metrics_port: int = 5557  # RocketMQ's metricsPromExporterPort default; 0: no /metrics
     metrics_host: str = ""  # empty: the broker's listening host
-    metrics_label_limit: int = 500  # txmq: past this many topics (or group+topic pairs) the rest share "_others"
+    metrics_label_limit: int = 200  # txmq: past this many topics (or group+topic pairs) the rest share "_others"
     console_port: int = 0  # 0: no console in the broker (``txmq console`` serves one against a cluster)
     console_host: str = "127.0.0.1"
     extra: dict[str, str] = field(default_factory=dict)

@@ -16,6 +16,7 @@ import bisect
 import heapq
 import logging
 import time
+from operator import itemgetter
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -126,8 +127,8 @@ def _top(items: Iterable[tuple[Any, float]], limit: int) -> tuple[list[tuple[Any
     items = list(items)
     if len(items) <= limit:
         return items, 0.0, False
-    kept = heapq.nlargest(limit, items, key=lambda kv: kv[1])
-    return kept, sum(v for _, v in items) - sum(v for _, v in kept), True
+    kept = heapq.nlargest(limit, items, key=itemgetter(1))
+    return kept, sum(map(itemgetter(1), items)) - sum(map(itemgetter(1), kept)), True
 
 
 class BrokerCollector(Collector):
@@ -235,34 +236,47 @@ class BrokerCollector(Collector):
     def consumer_state(self) -> dict[tuple[str, str], tuple[int, int, int]]:
         """Per (group, topic): (lag, in flight, ready). Lag is the max offset less the committed offset over the
         queues; in flight what the last pull handed out past the committed offset; ready the rest."""
-        committed: dict[tuple[str, str], dict[int, int]] = {}
-        for key, queues in list(self.offsets.table.items()):
+        pulled: dict[tuple[str, str], dict[int, int]] = {}
+        for (group, topic, queue_id), offset in list(self.stats.pulled.items()):
+            queues = pulled.get((group, topic))
+            if queues is None:
+                pulled[(group, topic)] = {queue_id: offset}
+            else:
+                queues[queue_id] = offset
+        max_offset = self.store.max_offset
+        state: dict[tuple[str, str], tuple[int, int, int]] = {}
+        empty: dict[int, int] = {}
+        for key, done in list(self.offsets.table.items()):
             topic, _, group = key.partition("@")
             if group == SYS_TRANS_GROUP:
                 continue
-            committed[(group, topic)] = dict(queues)
-        pulled: dict[tuple[str, str], dict[int, int]] = {}
-        for (group, topic, queue_id), offset in list(self.stats.pulled.items()):
-            pulled.setdefault((group, topic), {})[queue_id] = offset
-        max_offset = self.store.max_offset
-        state = {}
-        for pair in committed.keys() | pulled.keys():
-            group, topic = pair
-            done = committed.get(pair, {})
-            taken = pulled.get(pair, {})
+            pair = (group, topic)
+            taken = pulled.pop(pair, empty)
             lag = inflight = ready = 0
-            for queue_id in done.keys() | taken.keys():
+            for queue_id, c in list(done.items()):
                 end = max_offset(topic, queue_id)
-                c = done.get(queue_id)
-                p = taken.get(queue_id)
-                if c is None:
-                    c = p  # pulled, nothing committed yet: RocketMQ counts from the first pull too
-                assert c is not None
-                p = c if p is None else max(p, c)
-                lag += max(0, end - c)
-                inflight += max(0, min(p, end) - c)
-                ready += max(0, end - p)
+                p = taken.get(queue_id, c)
+                if p < c:
+                    p = c
+                if end > c:
+                    lag += end - c
+                    inflight += (p if p < end else end) - c
+                    if end > p:
+                        ready += end - p
+            for queue_id, p in taken.items():
+                if queue_id not in done:  # pulled, nothing committed yet: in flight from the first pull on
+                    end = max_offset(topic, queue_id)
+                    if end > p:
+                        lag += end - p
+                        ready += end - p
             state[pair] = (lag, inflight, ready)
+        for (group, topic), taken in pulled.items():  # groups that pulled and never committed
+            lag = 0
+            for queue_id, p in taken.items():
+                end = max_offset(topic, queue_id)
+                if end > p:
+                    lag += end - p
+            state[(group, topic)] = (lag, 0, lag)
         return state
 
     def _consumers(self) -> Iterator[Metric]:
