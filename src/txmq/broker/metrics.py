@@ -16,8 +16,8 @@ import bisect
 import heapq
 import logging
 import time
-from operator import itemgetter
 from collections.abc import Callable, Iterable, Iterator
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
