@@ -253,6 +253,7 @@ class BrokerApp:
         self.metrics_server: Any = None
         if config.metrics_port:
             self._metrics(host)
+        self.console: Any = None
 
         store.on_new_messages(self.pull_holds.notify)
         self._register_handlers()
@@ -350,6 +351,8 @@ class BrokerApp:
             self.config.metrics_port = self.metrics_server.port
         await self.server.begin_serving()
         self.registration.start()  # once both doors serve, the name servers may send clients here
+        if self.config.console_port:
+            await self._start_console()
         log.info(
             "broker %s (%s) serving on %s%s, store %s, flush %s",
             self.config.broker_name,
@@ -360,7 +363,35 @@ class BrokerApp:
             self.config.flush_disk_type,
         )
 
+    async def _start_console(self) -> None:
+        # Imported here: a broker without consolePort never loads the console. The console is a client of the
+        # cluster (the same Admin calls as ``txmq console``), found through this broker's name servers.
+        from txmq.console import Console, ConsoleSettings
+
+        config = self.config
+        if not config.namesrv_addrs:
+            log.error(
+                "consolePort=%d is set but namesrvAddr is empty: the console needs a name server; not started",
+                config.console_port,
+            )
+            return
+        acl = self.acl
+        self.console = Console(
+            ConsoleSettings(
+                namesrv=config.namesrv_addr,
+                host=config.console_host,
+                port=config.console_port,
+                access_key=config.console_access_key or None,
+                secret_key=config.console_secret_key or None,
+                acl=(lambda: acl.state) if acl is not None else None,
+            )
+        )
+        await self.console.start()
+        config.console_port = self.console.port
+
     async def close(self) -> None:
+        if self.console is not None:
+            await self.console.close()
         self.registration.stop()
         for task in self._tasks:
             task.cancel()
