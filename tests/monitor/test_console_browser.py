@@ -73,7 +73,9 @@ async def test_console_pages_resolve_an_in_doubt_transaction_and_resend_a_dead_l
     make_cluster: Any, browser: Any
 ) -> None:
     console_port = free_port()
-    cluster = make_cluster({"consolePort": str(console_port), "transactionTimeOut": "600000"})
+    cluster = make_cluster(
+        {"consolePort": str(console_port), "consoleSampleSeconds": "1", "transactionTimeOut": "600000"}
+    )
     ns, base = cluster.namesrv_addr, f"http://127.0.0.1:{console_port}"
     topic, group, dlq_group = "ConsoleT", "ConsoleG", "ConsoleDlqG"
     async with Admin(ns) as admin:
@@ -165,10 +167,20 @@ async def test_console_pages_resolve_an_in_doubt_transaction_and_resend_a_dead_l
         html = await page(browser, f"{base}/groups")
         assert group in html and dlq_group in html
         shot(browser, "groups")
+
+        async def samples(query: str) -> int:
+            history = await page(browser, f"{base}/api/history?{query}")
+            return history.count(",") if "[[" in history else 0
+
+        async def lag_sampled() -> bool:
+            return await samples(f"series=lag&group={group}") >= 4
+
+        await aeventually(lag_sampled, "a few lag samples of the group", timeout=30)
         await page(browser, f"{base}/groups/{group}")
         await aeventually(
             lambda: bool(browser.find_elements(By.CSS_SELECTOR, "#lag-chart canvas")), "the lag chart drawn"
         )
+        assert "no samples yet" not in browser.page_source
         shot(browser, "group")
 
         html = await page(browser, f"{base}/dlq?group={dlq_group}")

@@ -384,6 +384,7 @@ class BrokerApp:
                 access_key=config.console_access_key or None,
                 secret_key=config.console_secret_key or None,
                 acl=(lambda: acl.state) if acl is not None else None,
+                sample_seconds=max(1, config.console_sample_seconds),
             )
         )
         await self.console.start()

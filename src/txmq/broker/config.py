@@ -86,6 +86,7 @@ class BrokerConfig:
     metrics_label_limit: int = 200  # txmq: past this many topics (or group+topic pairs) the rest share "_others"
     console_port: int = 0  # 0: no console in the broker (``txmq console`` serves one against a cluster)
     console_host: str = "127.0.0.1"
+    console_sample_seconds: int = 10  # txmq: how often the console samples throughput and lag for its charts
     # With aclEnable: the account the console's admin calls are signed with (people log in with their own)
     console_access_key: str = ""
     console_secret_key: str = ""
