@@ -116,6 +116,7 @@ class Console:
             ),
         )
         self.sessions: dict[str, Session] = {}
+        self._anon_csrf = secrets.token_urlsafe(24)
         self.history = History(settings.history_seconds, settings.sample_seconds)
         self.port = settings.port
         self._runner: web.AppRunner | None = None
@@ -209,12 +210,8 @@ class Console:
             return None
         return session
 
-    _anon_csrf = ""
-
     def _anonymous_csrf(self) -> str:
-        # Without ACL there is no login; a per-process token still keeps other sites from posting to the console.
-        if not self._anon_csrf:
-            type(self)._anon_csrf = secrets.token_urlsafe(24)
+        # Without ACL there is no login; a per-console token still keeps other sites from posting to it.
         return self._anon_csrf
 
     @web.middleware
