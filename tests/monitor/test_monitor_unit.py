@@ -3,13 +3,20 @@ label limit, and that the core never imports the monitoring code."""
 
 from __future__ import annotations
 
+import logging
 import re
+import socket
 from pathlib import Path
+
+import pytest
 
 from txmq.acl.config import parse_acl_text
 from txmq.acl.decision import compile_acl
 from txmq.broker.metrics import _top, request_code_name, response_code_name
 from txmq.console.app import History, account_role
+from txmq.protocol.codes import RequestCode
+from txmq.protocol.frame import RemotingCommand
+from txmq.testing import InProcessBroker
 
 ACL = """\
 accounts:
@@ -80,3 +87,24 @@ def test_the_core_does_not_import_the_monitoring_code() -> None:
     )
     # app.py is the composition root (it imports them inside the functions that build them); metrics.py is itself.
     assert offenders == ["broker/app.py", "broker/metrics.py"], offenders
+
+
+async def test_a_taken_metrics_port_leaves_the_broker_serving_without_metrics(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        broker = InProcessBroker(tmp_path, metrics_port=port)
+        with caplog.at_level(logging.ERROR, logger="txmq.broker"):
+            started = await broker.start()
+        try:
+            assert started.app.metrics_server is None
+            assert f"the metrics port 127.0.0.1:{port} cannot be bound" in caplog.text
+            assert "set metricsPort to a free port, or 0" in caplog.text
+            conn = await broker.connect()  # the broker itself serves
+            answer = await conn.request(RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}), timeout=5)
+            assert answer.code == 0
+        finally:
+            await broker.stop()

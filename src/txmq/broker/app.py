@@ -347,8 +347,13 @@ class BrokerApp:
         if self.grpc_door is not None:
             await self.grpc_door.start()
         if self.metrics_server is not None:
-            await self.metrics_server.start()
-            self.config.metrics_port = self.metrics_server.port
+            try:
+                await self.metrics_server.start()
+                self.config.metrics_port = self.metrics_server.port
+            except OSError as exc:
+                # Monitoring must not keep a broker from serving (two brokers on one machine both default to 5557).
+                log.error("no /metrics: %s", exc.strerror or exc)
+                self.metrics_server = None
         await self.server.begin_serving()
         self.registration.start()  # once both doors serve, the name servers may send clients here
         if self.config.console_port:
