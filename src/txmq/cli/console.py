@@ -24,6 +24,10 @@ def cmd_console(args: argparse.Namespace) -> int:
     if bool(args.access_key) != bool(args.secret_key):
         print("txmq: give --access-key and --secret-key together", flush=True)
         return 2
+    if args.access_key and not args.acl_file:
+        # The brokers check ACL: without a login anyone who reaches the console would act with this admin account.
+        print("txmq: with --access-key, give --acl-file too, so people log in with their own accounts", flush=True)
+        return 2
 
     async def main() -> None:
         console = Console(
