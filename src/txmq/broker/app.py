@@ -247,6 +247,7 @@ class BrokerApp:
             topic_changed=topic_changed,
             delay_levels_ms=store_config.delay_levels_ms(),
             folder=Path(config.store_path_root_dir) / "pop",
+            stats=self.stats,
         )
         self.grpc_door = self._grpc_door(host) if config.grpc_listen_port else None
         self.rpc_latency: Any = None

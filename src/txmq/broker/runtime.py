@@ -31,6 +31,15 @@ class BrokerStats:
         self.out: dict[tuple[str, str], list[int]] = {}
         self.pulled: dict[tuple[str, str, int], int] = {}
 
+    def count_popped(self, topic: str, group: str, nbytes: int) -> None:
+        """One message handed out by a pop receive (the gRPC door): counted out, not tracked per queue offset."""
+        counts = self.out.get((topic, group))
+        if counts is None:
+            self.out[(topic, group)] = [1, nbytes]
+        else:
+            counts[0] += 1
+            counts[1] += nbytes
+
     def count_out(self, topic: str, group: str, queue_id: int, messages: int, nbytes: int, next_offset: int) -> None:
         self.pulled[(group, topic, queue_id)] = next_offset
         if messages:
