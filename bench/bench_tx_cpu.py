@@ -15,6 +15,9 @@ the kernel, so the throughput ratio in bench_tx.py stays the figure that counts;
 versions of the code with.
 
     .venv/bin/python bench/bench_tx_cpu.py [--mode plain,tx] [--messages 25600] [--inflight 256] [--instructions]
+
+The broker runs without ``/metrics`` (metricsPort=0) unless ``--metrics`` is given, which turns it on with its
+request timing (``rocketmq_rpc_latency``): run both to see what the metrics cost per message.
 """
 
 from __future__ import annotations
@@ -184,11 +187,22 @@ def _threads() -> dict[str, float]:
     return out
 
 
+def _metrics_port() -> int:
+    if os.environ.get("TXMQ_BENCH_METRICS") != "1":
+        return 0
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 async def measure(mode: str, messages: int, inflight: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="txmq-bench-cpu-") as tmp:
         config = BrokerConfig(
             listen_port=0,
             grpc_listen_port=0,
+            metrics_port=_metrics_port(),
             broker_ip1="127.0.0.1",
             store_path_root_dir=tmp,
             flush_disk_type="SYNC_FLUSH",
@@ -260,7 +274,10 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=25_600)
     parser.add_argument("--inflight", type=int, default=256)
     parser.add_argument("--instructions", action="store_true", help="count instructions under valgrind's callgrind")
+    parser.add_argument("--metrics", action="store_true", help="serve /metrics (and time every request) as brokers do")
     args = parser.parse_args()
+    if args.metrics:
+        os.environ["TXMQ_BENCH_METRICS"] = "1"  # callgrind's runs of this script inherit it
     modes = args.mode.split(",")
     rows = {}
     for mode in modes:

@@ -40,6 +40,7 @@ class DevCluster:
     namesrv_port: int = 0
     broker_port: int = 0
     grpc_port: int = 0  # the gRPC door's port (a free one is picked); set conf grpcListenPort=0 to turn it off
+    metrics_port: int = 0  # /metrics (a free one is picked); set conf metricsPort=0 to turn it off
     proc: subprocess.Popen[str] | None = None
     output: list[str] = field(default_factory=list)
 
@@ -50,6 +51,10 @@ class DevCluster:
     @property
     def broker_addr(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     @property
     def grpc_endpoint(self) -> str:
@@ -63,9 +68,11 @@ class DevCluster:
             self.broker_port = free_port()
         if not self.grpc_port and self.conf.get("grpcListenPort") != "0":
             self.grpc_port = free_port()
+        if not self.metrics_port and self.conf.get("metricsPort") != "0":
+            self.metrics_port = free_port()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         conf_path = self.data_dir / "broker.conf"
-        conf = {**self.conf, "grpcListenPort": str(self.grpc_port)}
+        conf = {**self.conf, "grpcListenPort": str(self.grpc_port), "metricsPort": str(self.metrics_port)}
         conf_path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
         cmd = self._command(conf_path)
         env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -155,6 +155,7 @@ async def test_dlq_list_and_resend_through_the_cli(make_cluster: Any) -> None:
 
         before = await admin.topic_stats(topic)
         max_before = sum(s.max_offset for s in before.values())
+        retry_before = sum(s.max_offset for s in (await admin.topic_stats(f"%RETRY%{group}")).values())
         resend = await txmq_cli("admin", "-n", ns, "dlq", "resend", group, "--id", ids[0])
         assert resend.returncode == 0, resend.stdout + resend.stderr
         assert "1 message(s) put back" in resend.stdout
@@ -164,8 +165,11 @@ async def test_dlq_list_and_resend_through_the_cli(make_cluster: Any) -> None:
         assert rest.returncode == 0 and "1 message(s) put back" in rest.stdout, rest.stdout
         missing = await txmq_cli("admin", "-n", ns, "dlq", "resend", group, "--id", "NOSUCHID")
         assert missing.returncode == 1 and "not in the DLQ" in missing.stdout
+        # Back on the group's retry topic only: the original topic (which other groups read) is untouched.
         after = await admin.topic_stats(topic)
-        assert sum(s.max_offset for s in after.values()) == max_before + 2
+        assert sum(s.max_offset for s in after.values()) == max_before
+        retry_after = sum(s.max_offset for s in (await admin.topic_stats(f"%RETRY%{group}")).values())
+        assert retry_after == retry_before + 2
 
         got: list[Any] = []
 

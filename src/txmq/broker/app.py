@@ -247,8 +247,14 @@ class BrokerApp:
             topic_changed=topic_changed,
             delay_levels_ms=store_config.delay_levels_ms(),
             folder=Path(config.store_path_root_dir) / "pop",
+            stats=self.stats,
         )
         self.grpc_door = self._grpc_door(host) if config.grpc_listen_port else None
+        self.rpc_latency: Any = None
+        self.metrics_server: Any = None
+        if config.metrics_port:
+            self._metrics(host)
+        self.console: Any = None
 
         store.on_new_messages(self.pull_holds.notify)
         self._register_handlers()
@@ -284,6 +290,28 @@ class BrokerApp:
         )
         return GrpcDoor(door, host=host, port=config.grpc_listen_port, max_message_size=config.max_message_size)
 
+    def _metrics(self, host: str) -> None:
+        # Imported here: a broker with metricsPort=0 never loads prometheus_client or aiohttp.
+        from prometheus_client import CollectorRegistry
+
+        from txmq.broker.metrics import BrokerCollector, MetricsServer, RpcLatency
+
+        self.rpc_latency = RpcLatency()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(
+            BrokerCollector(
+                config=self.config,
+                store=self.store,
+                stats=self.stats,
+                offsets=self.offsets,
+                clients=self.clients,
+                transactions=self.transactions,
+                server=self.server,
+                rpc=self.rpc_latency,
+            )
+        )
+        self.metrics_server = MetricsServer(registry, self.config.metrics_host or host, self.config.metrics_port)
+
     def _register_handlers(self) -> None:
         handlers: dict[int, Handler] = {}
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
@@ -299,7 +327,10 @@ class BrokerApp:
         handlers.update(self.consumer_admin.handlers())
         handlers.update(self.tools_admin.handlers())
         for code, handler in handlers.items():
-            self.dispatcher.register(code, answering_refusals(handler))
+            wrapped = answering_refusals(handler)
+            if self.rpc_latency is not None:
+                wrapped = self.rpc_latency.timed(code, wrapped)
+            self.dispatcher.register(code, wrapped)
 
     # -- lifecycle
 
@@ -316,8 +347,18 @@ class BrokerApp:
             await self.acl.start()
         if self.grpc_door is not None:
             await self.grpc_door.start()
+        if self.metrics_server is not None:
+            try:
+                await self.metrics_server.start()
+                self.config.metrics_port = self.metrics_server.port
+            except OSError as exc:
+                # Monitoring must not keep a broker from serving (two brokers on one machine both default to 5557).
+                log.error("no /metrics: %s", exc.strerror or exc)
+                self.metrics_server = None
         await self.server.begin_serving()
         self.registration.start()  # once both doors serve, the name servers may send clients here
+        if self.config.console_port:
+            await self._start_console()
         log.info(
             "broker %s (%s) serving on %s%s, store %s, flush %s",
             self.config.broker_name,
@@ -328,12 +369,43 @@ class BrokerApp:
             self.config.flush_disk_type,
         )
 
+    async def _start_console(self) -> None:
+        # Imported here: a broker without consolePort never loads the console. The console is a client of the
+        # cluster (the same Admin calls as ``txmq console``), found through this broker's name servers.
+        from txmq.console import Console, ConsoleSettings
+
+        config = self.config
+        if not config.namesrv_addrs:
+            log.error(
+                "consolePort=%d is set but namesrvAddr is empty: the console needs a name server; not started",
+                config.console_port,
+            )
+            return
+        acl = self.acl
+        self.console = Console(
+            ConsoleSettings(
+                namesrv=config.namesrv_addr,
+                host=config.console_host,
+                port=config.console_port,
+                access_key=config.console_access_key or None,
+                secret_key=config.console_secret_key or None,
+                acl=(lambda: acl.state) if acl is not None else None,
+                sample_seconds=max(1, config.console_sample_seconds),
+            )
+        )
+        await self.console.start()
+        config.console_port = self.console.port
+
     async def close(self) -> None:
+        if self.console is not None:
+            await self.console.close()
         self.registration.stop()
         for task in self._tasks:
             task.cancel()
         if self.grpc_door is not None:
             await self.grpc_door.close()
+        if self.metrics_server is not None:
+            await self.metrics_server.close()
         await self.pop.close()
         await self.transactions.close()
         await self.schedule.close()

@@ -80,6 +80,16 @@ class BrokerConfig:
     min_invisible_time_mills_for_recv: int = 10_000  # the proxy's lower bound on a receive's invisible duration
     # txmq: the long polling a push consumer is told to use (its close waits for a pending receive to end)
     grpc_push_long_polling_mills: int = 20_000
+    # Monitoring (issue 17): Prometheus /metrics and the web console
+    metrics_port: int = 5557  # RocketMQ's metricsPromExporterPort default; 0: no /metrics
+    metrics_host: str = ""  # empty: the broker's listening host
+    metrics_label_limit: int = 200  # txmq: past this many topics (or group+topic pairs) the rest share "_others"
+    console_port: int = 0  # 0: no console in the broker (``txmq console`` serves one against a cluster)
+    console_host: str = "127.0.0.1"
+    console_sample_seconds: int = 10  # txmq: how often the console samples throughput and lag for its charts
+    # With aclEnable: the account the console's admin calls are signed with (people log in with their own)
+    console_access_key: str = ""
+    console_secret_key: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod

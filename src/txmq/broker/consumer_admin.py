@@ -26,7 +26,7 @@ from txmq.broker.schedule import (
     PROP_RESENT_FROM_DLQ,
 )
 from txmq.broker.stored import put_status_code
-from txmq.broker.topics import dlq_topic
+from txmq.broker.topics import PERM_READ, PERM_WRITE, dlq_topic, retry_topic
 from txmq.errors import ConfigError, RecordDecodeError
 from txmq.protocol.codes import RequestCode, ResponseCode, TxmqConsumerRequestCode
 from txmq.protocol.frame import RemotingCommand
@@ -230,10 +230,15 @@ class ConsumerAdminProcessor:
             snapshot = {g: sorted(offs) for g, offs in self.resent.items()}
         atomic_write_json(self._resent_path, {"resent": snapshot})
 
-    def _resend_copy(self, record: MessageRecord) -> MessageRecord | None:
+    def _resend_copy(self, group: str, record: MessageRecord) -> MessageRecord | None:
+        """A dead letter's copy for ``%RETRY%<group>`` only: the group that gave up on it consumes it again (its
+        consumers subscribe to their retry topic and see the original topic from RETRY_TOPIC); other groups
+        subscribed to the original topic do not get it a second time."""
         props = dict(record.properties)
-        topic = props.pop(Prop.RETRY_TOPIC, None) or record.topic
-        cfg = self.topics.get(topic)
+        if not props.get(Prop.RETRY_TOPIC):
+            return None  # without its original topic the group's consumers could not tell where it came from
+        topic = retry_topic(group)
+        cfg, _ = self.topics.ensure(topic, 1, PERM_READ | PERM_WRITE)
         if cfg is None or not cfg.writable or cfg.write_queue_nums <= 0:
             return None
         for key in (Prop.DELAY, Prop.REAL_TOPIC, Prop.REAL_QID, PROP_DELAY_FROM, PROP_DLQ_REASON):
@@ -283,10 +288,10 @@ class ConsumerAdminProcessor:
                 if offset in done:
                     report["alreadyResent"].append(label)
                     continue
-                copy = self._resend_copy(record)
+                copy = self._resend_copy(group, record)
                 if copy is None:
                     report["failed"].append(
-                        f"{label}: topic {record.properties.get(Prop.RETRY_TOPIC)} is not writable here"
+                        f"{label}: {retry_topic(group)} is not writable here, or the message has no RETRY_TOPIC"
                     )
                     continue
                 result = await store.put(copy)

@@ -106,6 +106,10 @@ class PullProcessor:
             def resume() -> None:
                 if future.done():
                     return
+                if getattr(conn, "closed", False):
+                    # The consumer is gone: hand nothing out (it would count as pulled and in flight, for nobody).
+                    future.cancel()
+                    return
                 again = self.pull(header, subscription, sql)
                 remaining = deadline - self.clock.monotonic()
                 if (
@@ -118,14 +122,19 @@ class PullProcessor:
                     # does when the new message does not match, and wake again past them.
                     self.pull_holds.hold(header.topic, header.queueId, again.next_offset, remaining, resume)
                     return
-                future.set_result(self._respond(cmd, again))
+                future.set_result(self._respond(cmd, header, again))
 
             self.pull_holds.hold(header.topic, header.queueId, header.queueOffset, timeout_ms / 1000, resume)
             return future
-        return self._respond(cmd, outcome)
+        return self._respond(cmd, header, outcome)
 
-    def _respond(self, cmd: RemotingCommand, outcome: PullOutcome) -> RemotingCommand:
-        self.stats.count_get(outcome.count, found=outcome.code == ResponseCode.SUCCESS)
+    def _respond(self, cmd: RemotingCommand, h: PullMessageRequestHeader, outcome: PullOutcome) -> RemotingCommand:
+        found = outcome.code == ResponseCode.SUCCESS
+        self.stats.count_get(outcome.count, found=found)
+        if found or outcome.code == ResponseCode.PULL_NOT_FOUND:
+            self.stats.count_out(
+                h.topic, h.consumerGroup, h.queueId, outcome.count, len(outcome.body), outcome.next_offset
+            )
         return cmd.response(
             outcome.code,
             outcome.remark,

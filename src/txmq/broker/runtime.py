@@ -19,11 +19,36 @@ BROKER_VERSION = 409
 
 
 class BrokerStats:
+    """Pull counters. ``out`` and ``pulled`` feed the metrics: per (topic, group) ``[messages, bytes]`` handed out,
+    and per (group, topic, queue) the next offset the last pull answered (what is in flight lies between the
+    committed offset and it)."""
+
     def __init__(self) -> None:
         self.get_messages = 0
         self.get_found = 0
         self.get_miss = 0
         self.since = time.monotonic()
+        self.out: dict[tuple[str, str], list[int]] = {}
+        self.pulled: dict[tuple[str, str, int], int] = {}
+
+    def count_popped(self, topic: str, group: str, nbytes: int) -> None:
+        """One message handed out by a pop receive (the gRPC door): counted out, not tracked per queue offset."""
+        counts = self.out.get((topic, group))
+        if counts is None:
+            self.out[(topic, group)] = [1, nbytes]
+        else:
+            counts[0] += 1
+            counts[1] += nbytes
+
+    def count_out(self, topic: str, group: str, queue_id: int, messages: int, nbytes: int, next_offset: int) -> None:
+        self.pulled[(group, topic, queue_id)] = next_offset
+        if messages:
+            counts = self.out.get((topic, group))
+            if counts is None:
+                self.out[(topic, group)] = [messages, nbytes]
+            else:
+                counts[0] += messages
+                counts[1] += nbytes
 
     def count_get(self, count: int, *, found: bool) -> None:
         self.get_messages += count

@@ -139,6 +139,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
             config.listen_port = args.broker_port
             if args.grpc_port is not None:
                 config.grpc_listen_port = args.grpc_port
+            if args.metrics_port is not None:
+                config.metrics_port = args.metrics_port
+            if args.console_port is not None:
+                config.console_port = args.console_port
             config.namesrv_addr = f"127.0.0.1:{ns_port}"
             config.broker_ip1 = config.broker_ip1 or "127.0.0.1"
             if args.flush:
@@ -160,6 +164,17 @@ def cmd_dev(args: argparse.Namespace) -> int:
                     if config.grpc_listen_port
                     else ""
                 )
+                + (
+                    f"  metrics       http://{_shown_host(config.metrics_host or args.host)}:"
+                    f"{config.metrics_port}/metrics\n"
+                    if config.metrics_port
+                    else ""
+                )
+                + (
+                    f"  console       http://{config.console_host}:{config.console_port}/\n"
+                    if config.console_port
+                    else ""
+                )
                 + f"  data          {data}\n"
                 "Try it:\n"
                 f"  txmq admin --namesrv 127.0.0.1:{ns_port} send TopicTest 'hello'\n"
@@ -176,6 +191,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
         await _serve_until_signalled(start, stop)
 
     return _run(main)
+
+
+def _shown_host(host: str) -> str:
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
 
 
 # -- parser ------------------------------------------------------------------------------------------------------------
@@ -199,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--grpc-port", type=int, default=None, help="the RocketMQ 5 gRPC door's port (default 8081; 0 turns it off)"
     )
+    dev.add_argument(
+        "--metrics-port", type=int, default=None, help="Prometheus /metrics port (default 5557; 0 turns it off)"
+    )
+    dev.add_argument("--console-port", type=int, default=None, help="the web console's port (default 0: off)")
     dev.add_argument("-c", "--config", default=None, help="a broker.conf whose settings apply to the broker")
     dev.add_argument("--flush", choices=["SYNC_FLUSH", "ASYNC_FLUSH"], default=None)
     dev.add_argument(
@@ -221,6 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument(
         "--grpc-port", dest="set_grpc_listen_port", type=int, default=None, help="overrides grpcListenPort (0: off)"
     )
+    br.add_argument(
+        "--metrics-port", dest="set_metrics_port", type=int, default=None, help="overrides metricsPort (0: off)"
+    )
+    br.add_argument(
+        "--console-port", dest="set_console_port", type=int, default=None, help="overrides consolePort (0: off)"
+    )
     br.set_defaults(func=cmd_broker)
 
     from txmq.cli.admin import add_admin_parser
@@ -238,10 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMAND_EXTENSIONS = ("txmq.cli.demo", "txmq.cli.spark")
+COMMAND_EXTENSIONS = ("txmq.cli.demo", "txmq.cli.spark", "txmq.cli.console")
 DEV_SEGMENT_SIZE = 128 * 1024 * 1024
 # Long-running processes log their life at INFO; one-shot commands keep the terminal for their answer.
-SERVER_COMMANDS = ("dev", "namesrv", "broker")
+SERVER_COMMANDS = ("dev", "namesrv", "broker", "console")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -93,7 +93,7 @@ async def dlq_resend(args: argparse.Namespace) -> int:
         ):
             for item in report.get(key) or []:
                 print(f"{label}: {_body_text(str(item).encode())}")
-        print(f"\n{len(report['resent'])} message(s) put back on their original topic")
+        print(f"\n{len(report['resent'])} message(s) put back on %RETRY%{args.group}, for that group only")
         return 1 if report["failed"] or report["notFound"] else 0
 
     return await _with_admin(args, run)
@@ -119,7 +119,7 @@ def add_parser(what: Any, groups: dict[str, Any], run: Callable[..., Any]) -> No
     lst.add_argument("group")
     lst.add_argument("--max", type=int, default=1000)
     lst.set_defaults(func=run(dlq_list))
-    resend = dlq.add_parser("resend", help="put dead letters back on their original topic")
+    resend = dlq.add_parser("resend", help="put dead letters back on %%RETRY%%<group> (that group only)")
     resend.add_argument("group")
     resend.add_argument("--id", action="append", default=[], help="msgId (UNIQ_KEY), offsetMsgId or origin msg id")
     resend.add_argument("--all", action="store_true", help="every dead letter not resent yet")

@@ -321,7 +321,8 @@ class Admin(ClientLifecycle):
     async def resend_dead_letters(
         self, group: str, msg_ids: Sequence[str] | None = None, *, all_messages: bool = False
     ) -> dict[str, list[str]]:
-        """Put dead letters back on their original topic with the reconsume count reset. Ids are offsetMsgIds,
+        """Put dead letters back on ``%RETRY%<group>`` (only that group consumes them again; other groups of the
+        original topic do not) with the reconsume count reset. Ids are offsetMsgIds,
         UNIQ_KEYs or ORIGIN_MESSAGE_IDs. A message already resent is reported under ``alreadyResent``."""
         from txmq.protocol.codes import TxmqConsumerRequestCode
 

@@ -192,6 +192,7 @@ async def embedded_cluster(data_dir: Path) -> AsyncIterator[str]:
         listen_port=0,
         broker_ip1="127.0.0.1",
         grpc_listen_port=0,
+        metrics_port=0,
         namesrv_addr=f"127.0.0.1:{ns_port}",
         store_path_root_dir=str(data_dir / "store"),
         transaction_time_out=1000,

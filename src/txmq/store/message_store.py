@@ -323,6 +323,10 @@ class MessageStore:
     def flushed_physical_offset(self) -> int:
         return self._published.flushed
 
+    def written_physical_offset(self) -> int:
+        """End of what has been written to the commit log (flushed or not)."""
+        return self._published.written
+
     def read_consume_queue(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[tuple[int, int, int]]:
         """Visible consume-queue entries ``(phys, size, tags_code)`` from ``offset``."""
         return self._reads.read_consume_queue(topic, queue_id, offset, max_count)

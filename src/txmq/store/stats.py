@@ -70,6 +70,7 @@ class StoreStats:
     group_messages: Histogram = field(default_factory=Histogram)  # messages per group: the group-commit factor
     checkpoint_latency_us: Histogram = field(default_factory=Histogram)  # CQ + index flush + checkpoint file
     topic_puts: dict[str, int] = field(default_factory=dict)
+    topic_bytes: dict[str, int] = field(default_factory=dict)  # record bytes stored per topic
 
     def snapshot(self) -> dict[str, object]:
         return {
@@ -83,4 +84,5 @@ class StoreStats:
             "group_messages": self.group_messages.snapshot(),
             "checkpoint_latency_us": self.checkpoint_latency_us.snapshot(),
             "topic_puts": dict(self.topic_puts),
+            "topic_bytes": dict(self.topic_bytes),
         }

@@ -470,10 +470,12 @@ class Writer:
         ok = PutStatus.PUT_OK
         stats = self._stats
         topic_puts = stats.topic_puts
+        topic_bytes = stats.topic_bytes
         messages = 0
         nbytes = 0
         for req in reqs:
             results: list[PutResult] = []
+            req_from = nbytes
             for buf, topic, queue_id, key, sys_flag, needs_cq, code, keys, uniq, delay, ts_pos, host in req.entries:
                 size = len(buf)
                 if wpos + size + 8 > seg_end:
@@ -508,7 +510,14 @@ class Writer:
                     last[at : at + 16] = b"%016X" % results[k].physical_offset
             n = len(results)
             messages += n
-            topic_puts[topic] = topic_puts.get(topic, 0) + n  # per request: a put_many has one topic in practice
+            if n == 1 or all(e[1] == topic for e in req.entries):
+                topic_puts[topic] = topic_puts.get(topic, 0) + n
+                topic_bytes[topic] = topic_bytes.get(topic, 0) + nbytes - req_from
+            else:  # a commit: the copy on its topic and the marker on the op topic
+                for e in req.entries:
+                    t = e[1]
+                    topic_puts[t] = topic_puts.get(t, 0) + 1
+                    topic_bytes[t] = topic_bytes.get(t, 0) + len(e[0])
             req.result = results[0] if req.single else results
         if bufs:
             commit_log.write(seg, write_from - seg.start, bufs)

@@ -81,6 +81,7 @@ class InProcessBroker:
             "mapped_file_size_commit_log": 1 << 20,
             "client_channel_expired_seconds": 10**7,  # fake time jumps must not expire the test's connections
             "grpc_listen_port": 0,  # no gRPC door unless a test asks for one (8081 would clash between tests)
+            "metrics_port": 0,  # no /metrics either (5557 would clash the same way)
             **self.defaults,
             **self.overrides,
         }

@@ -29,6 +29,7 @@ from txmq.store.message_store import PutStatus
 if TYPE_CHECKING:
     from txmq.broker.config import BrokerConfig
     from txmq.broker.offsets import ConsumerOffsetManager
+    from txmq.broker.runtime import BrokerStats
     from txmq.broker.subscriptions import SubscriptionGroupManager
     from txmq.broker.topics import TopicConfigManager
     from txmq.clock import Clock
@@ -106,7 +107,9 @@ class PopService:
         topic_changed: Callable[[], None],
         delay_levels_ms: list[int],
         folder: Path,
+        stats: BrokerStats | None = None,
     ) -> None:
+        self.stats = stats  # messages and bytes handed out, for /metrics
         self.config = config
         self.clock = clock
         self.store_host = store_host
@@ -281,6 +284,9 @@ class PopService:
             if entries:
                 await self._persist(entries)
             if out:
+                if self.stats is not None:
+                    for received in out:
+                        self.stats.count_popped(received.record.topic, group, received.record.store_size)
                 return out
             remaining = give_up - self.clock.monotonic()
             if remaining <= 0:

@@ -1,0 +1,3 @@
+"""The browser fixture of the console tests."""
+
+from .browser import browser  # noqa: F401
