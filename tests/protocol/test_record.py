@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import struct
 import zlib
@@ -91,7 +92,7 @@ def test_any_record_round_trips(rec: MessageRecord) -> None:
     expected = _normalised(rec)
     assert decoded.store_size == len(data)
     assert decoded.body_crc == body_crc(rec.body)
-    for name in MessageRecord.__slots__:
+    for name in [f.name for f in dataclasses.fields(MessageRecord)]:
         if name in ("body_crc", "store_size", "born_host", "store_host"):
             continue
         assert getattr(decoded, name) == getattr(expected, name), name

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,7 +25,7 @@ from txmq.protocol.record import (
     walk_segment,
 )
 
-FIELDS = list(MessageRecord.__slots__)
+FIELDS = [f.name for f in dataclasses.fields(MessageRecord)]
 
 
 @given(records, st.binary(max_size=16))

@@ -318,7 +318,7 @@ def read_store_timestamp(data: bytes | bytearray | memoryview, offset: int = 0) 
     return I64.unpack_from(data, offset + store_timestamp_pos(sys_flag))[0]  # type: ignore[no-any-return]
 
 
-def _need(data: memoryview | bytes, pos: int, n: int, what: str) -> None:
+def _need(data: bytes | bytearray | memoryview, pos: int, n: int, what: str) -> None:
     if n < 0 or pos + n > len(data):
         raise RecordDecodeError(f"record truncated: {what} needs {n} bytes at {pos}, only {len(data) - pos} left")
 

@@ -58,12 +58,9 @@ class RecordView:
         "sys_flag",
     )
 
-    def __init__(self, buf: Any, offset: int = 0, *, check_crc: bool = False) -> None:
-        self._init(buf, offset, locate(buf, offset))
-        if check_crc and not self.crc_ok():
-            raise RecordDecodeError(f"body CRC mismatch at {offset}")
-
-    def _init(self, buf: Any, offset: int, located: Located) -> None:
+    def __init__(self, buf: Any, offset: int = 0, *, check_crc: bool = False, located: Located | None = None) -> None:
+        if located is None:
+            located = locate(buf, offset)
         self._buf = buf
         self._pos = offset
         (
@@ -78,13 +75,13 @@ class RecordView:
         ) = located
         self._properties: dict[str, str] | None = None
         self._text: str | None = None
+        if check_crc and not self.crc_ok():
+            raise RecordDecodeError(f"body CRC mismatch at {offset}")
 
     @classmethod
     def trusted(cls, buf: Any, offset: int, located: Located) -> RecordView:
         """A view of a record whose structure the caller has just checked (the segment walker)."""
-        view = cls.__new__(cls)
-        view._init(buf, offset, located)
-        return view
+        return cls(buf, offset, located=located)
 
     # -- fixed fields ---------------------------------------------------------------------------------------------
 

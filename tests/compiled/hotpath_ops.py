@@ -1,0 +1,263 @@
+"""The hot path's public functions as operations on plain values, run the same way in two processes.
+
+The test process runs them on whatever build it loaded (compiled when the install compiled the hot path); a child
+started with ``TXMQ_PURE_PYTHON=1`` (``python hotpath_ops.py``) runs them on the ``.py`` sources and answers calls
+sent over its stdin. Each operation takes and returns plain values (bytes, str, int, tuples, dicts), so the two
+answers compare with ``==`` and no object crosses between the two builds' classes. A raised exception becomes
+``("raised", class, message)``: both builds must refuse the same input with the same error and the same words.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import sys
+from collections.abc import Callable
+from typing import Any
+
+if __name__ == "__main__":
+    # The child: its own directory is first on sys.path; txmq comes from the parent's checkout (PYTHONPATH).
+    os.environ.setdefault("TXMQ_PURE_PYTHON", "1")
+
+from txmq import _hotpath
+from txmq.protocol.frame import FrameDecoder, RemotingCommand, decode_frame, encode_frame, encode_frame_parts
+from txmq.protocol.record import (
+    BatchEntry,
+    MessageRecord,
+    RecordView,
+    WalkResult,
+    decode_batch,
+    decode_offset_msg_id,
+    decode_properties,
+    decode_record,
+    encode_batch,
+    encode_offset_msg_id,
+    encode_parts,
+    encode_properties,
+    encode_record,
+    join_properties,
+    property_value,
+    tags_code,
+    walk_segment,
+)
+from txmq.store.entry import encode_entry, entry_from_bytes
+
+RECORD_FIELDS = (
+    "topic",
+    "body",
+    "queue_id",
+    "flag",
+    "queue_offset",
+    "physical_offset",
+    "sys_flag",
+    "born_timestamp",
+    "born_host",
+    "store_timestamp",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "properties",
+    "body_crc",
+    "store_size",
+)
+
+
+def _command(cmd: RemotingCommand) -> tuple[Any, ...]:
+    return (
+        cmd.code,
+        cmd.opaque,
+        cmd.flag,
+        cmd.remark,
+        dict(cmd.ext_fields),
+        bytes(cmd.body),
+        cmd.language,
+        cmd.version,
+        cmd.serialize_type,
+        cmd.is_response,
+        cmd.is_oneway,
+    )
+
+
+def _record(rec: MessageRecord) -> tuple[Any, ...]:
+    return (
+        *[getattr(rec, name) for name in RECORD_FIELDS],
+        rec.tags,
+        rec.keys,
+        rec.uniq_key,
+        int(rec.transaction_type),
+        rec.offset_msg_id if rec.store_host[0] else None,
+    )
+
+
+def _view(view: RecordView) -> tuple[Any, ...]:
+    return (
+        view.offset,
+        view.store_size,
+        view.sys_flag,
+        view.body_crc,
+        view.queue_id,
+        view.flag,
+        view.queue_offset,
+        view.physical_offset,
+        view.born_timestamp,
+        view.born_host,
+        view.store_timestamp,
+        view.store_host,
+        view.reconsume_times,
+        view.prepared_transaction_offset,
+        int(view.transaction_type),
+        view.needs_consume_queue,
+        view.body,
+        view.body_len,
+        view.topic_bytes,
+        view.topic,
+        view.properties_bytes,
+        view.properties_text,
+        view.properties,
+        view.tags,
+        view.keys,
+        view.uniq_key,
+        view.offset_msg_id,
+        view.crc_ok(),
+        view.raw(),
+        _record(view.to_record()),
+        _record(view.to_record(with_body=False)),
+    )
+
+
+# -- frames ----------------------------------------------------------------------------------------------------------
+
+
+def op_encode_frame(fields: dict[str, Any]) -> tuple[bytes, bytes, bytes]:
+    cmd = RemotingCommand(**fields)
+    head, body = encode_frame_parts(cmd)
+    return encode_frame(cmd), head, body
+
+
+def op_feed(chunks: list[bytes], max_frame_size: int) -> list[Any]:
+    """Feed the chunks to one decoder, then one more byte after the last (a failed decoder stays failed)."""
+    decoder = FrameDecoder(max_frame_size=max_frame_size)
+    out: list[Any] = []
+    for chunk in [*chunks, b"\x00"]:
+        try:
+            out.append([_command(c) for c in decoder.feed(chunk)])
+        except Exception as exc:
+            out.append(_raised(exc))
+        out.append((decoder.buffered, decoder.failed))
+    return out
+
+
+def op_decode_frame(data: bytes, max_frame_size: int) -> tuple[Any, ...]:
+    return _command(decode_frame(data, max_frame_size=max_frame_size))
+
+
+# -- records ---------------------------------------------------------------------------------------------------------
+
+
+def op_encode_record(fields: dict[str, Any], properties_text: str | None, max_body: int | None) -> tuple[Any, ...]:
+    record = MessageRecord(**fields)
+    buf, sys_flag = encode_parts(record, max_body, properties_text)
+    return bytes(buf), sys_flag, bytes(encode_record(MessageRecord(**fields), properties_text))
+
+
+def op_decode_record(data: bytes, offset: int, check_crc: bool) -> tuple[Any, ...]:
+    return _record(decode_record(data, offset, check_crc=check_crc))
+
+
+def op_view(data: bytes, offset: int, check_crc: bool) -> tuple[Any, ...]:
+    return _view(RecordView(data, offset, check_crc=check_crc))
+
+
+def op_walk(data: bytes, options: dict[str, Any]) -> tuple[Any, ...]:
+    result = WalkResult()
+    skipped: list[tuple[int, str]] = []
+    items: list[Any] = []
+    try:
+        for item in walk_segment(data, result=result, on_skip=lambda at, why: skipped.append((at, why)), **options):
+            items.append(_view(item) if options.get("views") else item)
+    except Exception as exc:
+        items.append(_raised(exc))
+    fields = (result.start, result.end, result.reason, result.clean_end, result.blank)
+    return (*fields, result.records, result.bytes, result.skipped, items, skipped)
+
+
+def op_properties(text: str, key: str, other: str) -> tuple[Any, ...]:
+    decoded = decode_properties(text)
+    return decoded, encode_properties(decoded), property_value(text, key), join_properties(text, other)
+
+
+def op_encode_properties(properties: dict[str, str]) -> str:
+    return encode_properties(properties)
+
+
+def op_batch(entries: list[tuple[bytes, int, str]]) -> bytes:
+    return encode_batch([BatchEntry(body=b, flag=f, properties=p) for b, f, p in entries])
+
+
+def op_decode_batch(data: bytes) -> list[tuple[bytes, int, str]]:
+    return [(e.body, e.flag, e.properties) for e in decode_batch(data)]
+
+
+def op_msg_id(text: str) -> tuple[Any, ...]:
+    host, offset = decode_offset_msg_id(text)
+    return host, offset, encode_offset_msg_id(host, offset)
+
+
+def op_tags_code(tags: str | None) -> int:
+    return tags_code(tags)
+
+
+def _entry(entry: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (bytes(entry[0]), *entry[1:])
+
+
+def op_encode_entry(fields: dict[str, Any], max_body: int, delay_levels: list[int]) -> tuple[Any, ...]:
+    return _entry(encode_entry(MessageRecord(**fields), max_body, delay_levels))
+
+
+def op_entry_from_bytes(data: bytes, max_body: int, delay_levels: list[int]) -> tuple[Any, ...]:
+    return _entry(entry_from_bytes(data, max_body, delay_levels, ("10.0.0.1", 10911)))
+
+
+OPS: dict[str, Callable[..., Any]] = {
+    name.removeprefix("op_"): fn for name, fn in list(globals().items()) if name.startswith("op_")
+}
+
+
+def _raised(exc: BaseException) -> tuple[str, str, str]:
+    return ("raised", f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc))
+
+
+def run(name: str, args: tuple[Any, ...]) -> Any:
+    """``("ok", answer)`` or ``("raised", class, message)``."""
+    try:
+        return ("ok", OPS[name](*args))
+    except Exception as exc:
+        return _raised(exc)
+
+
+def build() -> dict[str, Any]:
+    """Which build of each hot module this process runs."""
+    return {
+        "state": (_hotpath.STATE.compiled, _hotpath.STATE.reason),
+        "files": {m: sys.modules[m].__file__ for m in _hotpath.STATE.modules if m in sys.modules},
+    }
+
+
+_LEN = struct.Struct(">I")
+
+
+def _serve() -> None:
+    """Answer pickled ``(name, args)`` calls on stdin with pickled results on stdout, length-prefixed."""
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while head := stdin.read(4):
+        (size,) = _LEN.unpack(head)
+        name, args = pickle.loads(stdin.read(size))
+        answer = pickle.dumps(build() if name == "build" else run(name, args))
+        stdout.write(_LEN.pack(len(answer)) + answer)
+        stdout.flush()
+
+
+if __name__ == "__main__":
+    _serve()
