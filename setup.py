@@ -31,6 +31,10 @@ HOT_MODULES = [
     "txmq/protocol/record/view.py",
     "txmq/protocol/record/walk.py",
     "txmq/store/entry.py",
+    "txmq/broker/stored.py",
+    "txmq/broker/refusal.py",
+    "txmq/broker/send.py",
+    "txmq/net/connection.py",
 ]
 
 MANIFEST = "txmq/_compiled.txt"

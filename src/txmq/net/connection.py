@@ -220,7 +220,7 @@ class Connection(asyncio.Protocol):
         self._lost = self._loop.create_future()
         self.peer = _address(transport.get_extra_info("peername"))
         self.local = _address(transport.get_extra_info("sockname"))
-        transport.set_write_buffer_limits(high=self._write_buffer_high)
+        transport.set_write_buffer_limits(high=self._write_buffer_high)  # type: ignore[attr-defined]
         log.debug("connection open %s:%d <-> %s:%d", *self.local, *self.peer)
         if self._on_open is not None:
             self._on_open(self)
