@@ -90,12 +90,17 @@ class SourceFinder:
         return importlib.util.spec_from_file_location(fullname, source_path(fullname))
 
 
+def forced() -> bool:
+    """Whether ``TXMQ_PURE_PYTHON`` asks for the interpreted sources."""
+    return os.environ.get(ENV, "") not in ("", "0")
+
+
 def _select() -> HotPath:
     python, recorded = read_manifest()
     modules = tuple(sorted(recorded))
     if not modules:
         return HotPath(False, (), "this install compiled nothing (built without mypyc or a C compiler?)")
-    if os.environ.get(ENV, "") not in ("", "0"):
+    if forced():
         reason = f"{ENV} is set"
     elif python != sys.implementation.cache_tag:
         reason = f"compiled for {python}, this is {sys.implementation.cache_tag}"

@@ -54,9 +54,12 @@ class Interpreted:
 
 
 def require_compiled() -> None:
-    """Skips unless this process runs the compiled hot path; with ``TXMQ_REQUIRE_COMPILED=1`` (CI) fails instead."""
+    """Skips unless this process runs the compiled hot path; with ``TXMQ_REQUIRE_COMPILED=1`` (CI) fails instead,
+    unless ``TXMQ_PURE_PYTHON`` asked for the interpreted sources."""
     if _hotpath.STATE.compiled:
         return
+    if _hotpath.forced():
+        pytest.skip("TXMQ_PURE_PYTHON is set: this process runs the interpreted sources by request")
     why = f"the hot path is {_hotpath.STATE.describe()}"
     if os.environ.get("TXMQ_REQUIRE_COMPILED") == "1":
         pytest.fail(f"TXMQ_REQUIRE_COMPILED=1 but {why}")

@@ -35,6 +35,12 @@ async def _serve_until_signalled(start: Callable[[], Awaitable[Any]], stop: Call
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, done.set)
+    from txmq import _hotpath
+
+    hot_path = _hotpath.STATE
+    # A build that cannot be used (a compiled module's source edited since) is worth a warning: it runs slower.
+    level = logging.WARNING if hot_path.modules and not hot_path.compiled and not _hotpath.forced() else logging.INFO
+    logging.getLogger("txmq").log(level, "hot path %s", hot_path.describe())
     await start()
     _tune_gc_for_serving()
     try:
