@@ -12,7 +12,8 @@ import sys
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
-from conftest import SRC, require_compiled
+from hotpath_child import SRC, require_compiled
+
 from txmq import _hotpath
 
 REPORT = """
