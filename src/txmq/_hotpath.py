@@ -65,7 +65,7 @@ def read_manifest(path: str = MANIFEST) -> tuple[str, dict[str, str]]:
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().split("\n")
-    except FileNotFoundError:
+    except OSError:  # none, or txmq imported from a zip (Spark's --py-files), which holds no compiled module
         return "", {}
     python = lines[0].removeprefix("python ").strip()
     modules = {}
