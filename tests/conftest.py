@@ -8,9 +8,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from cluster_harness import DevCluster, ExtraBroker
 from db_harness import PostgresServer, postgres_bin_dir
+
+# Property tests assert behaviour, never speed: no per-example deadline and no "too slow" health check, which a
+# loaded 2-core machine trips (a 319 ms example against Hypothesis's 200 ms default failed a CI-like run).
+settings.register_profile("txmq", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("txmq")
 
 # A short retry table so that retry and DLQ tests take seconds.
 TEST_BROKER_CONF = {

@@ -29,8 +29,10 @@ JVM_FLAGS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xms32m", "-Xmx256m
 @functools.cache
 def _built() -> None:
     """Build both lines once per test run if build.sh has not (CI runs it before pytest). A failure fails."""
-    if all((JAVA_DIR / "target" / line / "classes" / "txmq" / "compat" / "Main.class").exists() for line in LINES):
-        return
+    newest_source = max(p.stat().st_mtime for p in (JAVA_DIR / "src").rglob("*.java"))
+    mains = [JAVA_DIR / "target" / line / "classes" / "txmq" / "compat" / "Main.class" for line in LINES]
+    if all(m.exists() and m.stat().st_mtime >= newest_source for m in mains):
+        return  # built, and not older than any source (a stale build would lack new scenarios)
     proc = subprocess.run(["bash", str(JAVA_DIR / "build.sh")], capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"tests/compat/java/build.sh failed:\n{(proc.stdout + proc.stderr)[-4000:]}")

@@ -28,7 +28,9 @@ JAVA5_DIR = Path(__file__).resolve().parent / "java5"
 @functools.cache
 def _built() -> Path:
     out = JAVA5_DIR / "target"
-    if not (out / "classes" / "txmq" / "compat5" / "Main.class").exists():
+    main = out / "classes" / "txmq" / "compat5" / "Main.class"
+    newest_source = max(p.stat().st_mtime for p in (JAVA5_DIR / "src").rglob("*.java"))
+    if not main.exists() or main.stat().st_mtime < newest_source:
         proc = subprocess.run(["bash", str(JAVA5_DIR / "build.sh")], capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
             raise RuntimeError(f"tests/compat/java5/build.sh failed:\n{(proc.stdout + proc.stderr)[-4000:]}")

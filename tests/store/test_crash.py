@@ -60,7 +60,11 @@ def run_child(root: Path, seed: int, rnd: random.Random, flush: str = "SYNC_FLUS
             how = f"after {len(lines)} acks"
     finally:
         proc.send_signal(signal.SIGKILL)
-        rest, err = proc.communicate(timeout=30)
+        # Not communicate(): it reads the pipe's descriptor and would skip what the text wrapper has buffered
+        # already (a line would lose its head). The child is dead, so both reads end.
+        rest = proc.stdout.read()
+        err = proc.stderr.read() if proc.stderr is not None else ""
+        proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL, f"child ended by itself ({proc.returncode}): {err[-2000:]}"
     lines.extend(rest.splitlines(keepends=True))
     complete = [line for line in lines if line.endswith("\n") and line != "ready\n"]  # a cut last line was not read
