@@ -438,6 +438,11 @@ class Writer:
         if health.failure is not None:
             self._finish_failed(reqs, PutStatus.SERVICE_NOT_AVAILABLE, f"the store failed: {health.failure}")
             return
+        if health.replica:
+            self._finish_failed(
+                reqs, PutStatus.SERVICE_NOT_AVAILABLE, "this store is a slave's: it takes only the master's bytes"
+            )
+            return
         try:
             self._write_group(reqs)
         except BaseException as exc:
