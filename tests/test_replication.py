@@ -18,6 +18,7 @@ from cluster_harness import ExtraBroker, free_port
 from conftest import TEST_BROKER_CONF
 from txmq.client import Message
 from txmq.client.sync import Admin, Producer, PullConsumer
+from txmq.errors import MQBrokerError
 from txmq.ha.wire import Accept, MasterFrameDecoder, Refuse, encode_hello, encode_report
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
@@ -218,3 +219,34 @@ def test_slave_serves_pulls_and_refuses_writes_then_takes_over_reads_after_sigki
                 seen += [m.body for m in result.messages]
                 offset = result.next_begin_offset
     assert sorted(seen) == sorted(bodies)
+
+
+def test_manual_promotion_makes_the_slave_the_master(pair: Pair) -> None:
+    with Admin(pair.namesrv_addr) as admin:
+        # Refused while the master is alive and registered.
+        with pytest.raises(MQBrokerError, match="still lists"):
+            admin.promote_broker(pair.slave.broker_addr)
+    with Producer("PG_REPL", pair.namesrv_addr) as producer:
+        before = [producer.send(Message("TopicPromo", f"before-{i}".encode())) for i in range(10)]
+        assert all(r.status.name == "SEND_OK" for r in before)
+    pair.master.kill()
+    with Admin(pair.namesrv_addr) as admin:
+        eventually(
+            lambda: 0 not in admin.cluster_info().broker_addrs.get("broker-r", {0: ""}), "master gone", timeout=10
+        )
+        answer = admin.promote_broker(pair.slave.broker_addr)
+        assert answer["brokerRole"] == "ASYNC_MASTER" and answer["brokerId"] == 0
+        assert admin.cluster_info().broker_addrs["broker-r"] == {0: pair.slave.broker_addr}
+    assert "promoted:" in pair.slave.log_text()
+    # The new master takes sends and serves every message, old and new.
+    with Producer("PG_REPL", pair.namesrv_addr) as producer:
+        after = producer.send(Message("TopicPromo", b"after"))
+        assert after.status.name == "SEND_OK"
+    seen: list[bytes] = []
+    with PullConsumer("CG_PROMO", pair.namesrv_addr) as consumer:
+        for mq in consumer.fetch_queues("TopicPromo"):
+            offset = 0
+            while messages := consumer.pull(mq, "*", offset, 32).messages:
+                seen += [m.body for m in messages]
+                offset = messages[-1].queue_offset + 1
+    assert sorted(seen) == sorted([f"before-{i}".encode() for i in range(10)] + [b"after"])

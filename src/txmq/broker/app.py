@@ -8,6 +8,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from txmq.acl.service import AclService
 from txmq.broker.admin import AdminProcessor
 from txmq.broker.clients import ClientRegistry
@@ -36,7 +38,8 @@ from txmq.broker.tx_admin import TransactionAdminProcessor
 from txmq.broker.txn import TransactionService
 from txmq.clock import SYSTEM_CLOCK, Clock
 from txmq.net import Dispatcher, Server
-from txmq.protocol.codes import RequestCode
+from txmq.protocol.codes import RequestCode, ResponseCode, TxmqReplicaRequestCode
+from txmq.protocol.frame import RemotingCommand
 from txmq.store.config import StoreConfig
 from txmq.store.message_store import MessageStore
 
@@ -348,22 +351,95 @@ class BrokerApp:
         handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = self.schedule.send_back
         handlers.update(self.consumer_admin.handlers())
         handlers.update(self.tools_admin.handlers())
+        handlers[TxmqReplicaRequestCode.TXMQ_PROMOTE_BROKER] = self._promote
+        handlers.update(self._role_handlers())
+        for code, handler in handlers.items():
+            self._register(code, handler)
+
+    def _register(self, code: int, handler: Handler) -> None:
+        wrapped = answering_refusals(handler)
+        if self.rpc_latency is not None:
+            wrapped = self.rpc_latency.timed(code, wrapped)
+        self.dispatcher.register(code, wrapped)
+
+    def _role_handlers(self) -> dict[int, Handler]:
+        """The handlers that depend on the role: a slave refuses writes, a SYNC_MASTER waits for its slave."""
         send_codes = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+        handlers: dict[int, Handler] = {}
         if self.config.is_slave:
             for code in send_codes:
                 handlers[code] = slave_send_handler
             handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = slave_send_handler
             handlers[RequestCode.END_TRANSACTION] = slave_end_transaction_handler
-        elif self.config.broker_role == "SYNC_MASTER" and self.ha_master is not None:
+            return handlers
+        for code in send_codes:
+            handlers[code] = self.send_processor.handle
+        if self.config.broker_role == "SYNC_MASTER" and self.ha_master is not None:
             for code in send_codes:
                 handlers[code] = waiting_for_slave(
                     handlers[code], self.ha_master, self.store, self.config.sync_flush_timeout
                 )
-        for code, handler in handlers.items():
-            wrapped = answering_refusals(handler)
-            if self.rpc_latency is not None:
-                wrapped = self.rpc_latency.timed(code, wrapped)
-            self.dispatcher.register(code, wrapped)
+        handlers[RequestCode.END_TRANSACTION] = self.end_transaction.handle
+        handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = self.schedule.send_back
+        return handlers
+
+    async def _promote(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """TXMQ_PROMOTE_BROKER: this slave becomes its brokerName's master (manual failover, no controller)."""
+        try:
+            body = orjson.loads(cmd.body) if cmd.body else {}
+            role = str(body.get("brokerRole") or "ASYNC_MASTER").upper()
+            force = bool(body.get("force", False))
+        except (orjson.JSONDecodeError, AttributeError) as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"promote: the body is not a JSON object: {exc}")
+        if not self.config.is_slave:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, f"this broker is already a master ({self.config.broker_role})"
+            )
+        if role not in ("ASYNC_MASTER", "SYNC_MASTER"):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"promote to {role}: use ASYNC_MASTER or SYNC_MASTER")
+        await self.registration.register_now()
+        previous = self.registration.master_addr
+        if previous and not force:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"the name server still lists {previous} as the master of {self.config.broker_name}: stop it first "
+                "(or promote with force, and make sure it never comes back as a master)",
+            )
+        await self.promote(role)
+        answer = {
+            "brokerRole": self.config.broker_role,
+            "brokerId": self.config.broker_id,
+            "maxOffset": self.store.max_physical_offset(),
+            "previousMaster": previous,
+        }
+        return cmd.response(body=orjson.dumps(answer))
+
+    async def promote(self, role: str = "ASYNC_MASTER") -> None:
+        """Stop copying (everything received is already applied: a slave's appends are durable and dispatched
+        when acknowledged), take writes, rebuild the transaction table and start the master's services."""
+        if self.ha_slave is not None:
+            await self.ha_slave.close()
+            self.ha_slave = None
+        self.store.replica = False
+        config = self.config
+        config.broker_role, config.broker_id = role, 0
+        self.ha_master = HaMaster(config=config, clock=self.clock, store=self.store)
+        await self.ha_master.start(self._host)
+        self.registration.ha_port = self.ha_master.port
+        self.registration.master_addr = self.registration.master_ha_addr = ""
+        await self.transactions.start()
+        await self.schedule.start()
+        await self.pop.start()
+        for code, handler in self._role_handlers().items():
+            self._register(code, handler)
+        log.warning(
+            "promoted: %s is now the %s of %s at commit-log offset %d",
+            config.broker_addr,
+            role,
+            config.broker_name,
+            self.store.max_physical_offset(),
+        )
+        await self.registration.register_now()
 
     def _master_addrs(self) -> tuple[str, str]:
         """A slave's master: (broker address, HA address), from ``haMasterAddress`` or the name server's answer."""

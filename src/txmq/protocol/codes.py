@@ -181,3 +181,12 @@ class TxmqRequestCode(enum.IntEnum):
     TXMQ_RESOLVE_TRANSACTION = 1302
     TXMQ_RESUME_TRANSACTION = 1303
     TXMQ_TRANSACTION_COUNTERS = 1304
+
+
+class TxmqReplicaRequestCode(enum.IntEnum):
+    """txmq's own admin requests for replication, 1330..1339 (not RocketMQ codes). JSON bodies both ways."""
+
+    # To a slave. Body {"brokerRole": "ASYNC_MASTER" | "SYNC_MASTER", "force": bool}. The slave stops copying, becomes
+    # brokerId 0 with that role and registers as the master; refused while the name server still lists a master of
+    # its brokerName (unless force). Answer {"brokerRole", "brokerId", "maxOffset", "previousMaster"}.
+    TXMQ_PROMOTE_BROKER = 1330
