@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from cluster_harness import ExtraBroker, free_port
-from conftest import TEST_BROKER_CONF
 from txmq.client import Message
 from txmq.client.sync import Admin, Producer, PullConsumer
 from txmq.errors import MQBrokerError
@@ -26,6 +25,7 @@ from txmq.store.commit_log import segment_name
 from txmq.testing import eventually
 
 SEGMENT = 16 * 1024 * 1024
+BROKER_CONF = {"mappedFileSizeCommitLog": str(SEGMENT), "transactionTimeOut": "1000"}
 
 
 @dataclass
@@ -65,7 +65,7 @@ def pair(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Pair]:
     role = getattr(request, "param", "SYNC_MASTER")
     namesrv, addr = _start_namesrv(tmp_path)
     port = int(addr.rsplit(":", 1)[1])
-    common = {**TEST_BROKER_CONF, "brokerName": "broker-r", "brokerIP1": "127.0.0.1", "grpcListenPort": "0"}
+    common = {**BROKER_CONF, "brokerName": "broker-r", "brokerIP1": "127.0.0.1", "grpcListenPort": "0"}
     master = ExtraBroker(tmp_path / "master", {**common, "brokerRole": role}, namesrv_port=port)
     slave = ExtraBroker(
         tmp_path / "slave",

@@ -267,6 +267,7 @@ class BrokerApp:
                 topics=self.topics,
                 subscriptions=self.subscriptions,
                 offsets=self.offsets,
+                delay_offsets_path=self.schedule.path,
                 master_addrs=self._master_addrs,
             )
         else:
@@ -352,6 +353,7 @@ class BrokerApp:
         handlers.update(self.consumer_admin.handlers())
         handlers.update(self.tools_admin.handlers())
         handlers[TxmqReplicaRequestCode.TXMQ_PROMOTE_BROKER] = self._promote
+        handlers[RequestCode.GET_ALL_DELAY_OFFSET] = self.schedule.all_delay_offsets
         handlers.update(self._role_handlers())
         for code, handler in handlers.items():
             self._register(code, handler)

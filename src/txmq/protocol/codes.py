@@ -37,6 +37,7 @@ class RequestCode(enum.IntEnum):
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
     GET_ALL_CONSUMER_OFFSET = 43
+    GET_ALL_DELAY_OFFSET = 45  # a slave copies its master's delayOffset.json
     CHECK_CLIENT_CONFIG = 46
     UPDATE_AND_CREATE_ACL_CONFIG = 50
     DELETE_ACL_CONFIG = 51

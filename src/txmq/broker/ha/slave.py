@@ -1,12 +1,13 @@
 """A slave's side: the link to the master's HA port (a :class:`~txmq.ha.session.SlaveSession` per connection,
 reconnecting every few seconds), and the periodic copy of the master's metadata through its admin requests, as
-RocketMQ's slaves do (topics, subscription groups, consumer offsets)."""
+RocketMQ's slaves do (topics, subscription groups, consumer offsets, delay offsets)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -31,6 +32,7 @@ from txmq.net import Connection, connect
 from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.store.message_store import MessageStore
+from txmq.util import atomic_write_json
 
 log = logging.getLogger("txmq.broker.ha")
 
@@ -49,6 +51,7 @@ class HaSlave:
         topics: TopicConfigManager,
         subscriptions: SubscriptionGroupManager,
         offsets: ConsumerOffsetManager,
+        delay_offsets_path: Path,
         master_addrs: Callable[[], tuple[str, str]],
     ) -> None:
         self.config = config
@@ -57,6 +60,7 @@ class HaSlave:
         self.topics = topics
         self.subscriptions = subscriptions
         self.offsets = offsets
+        self.delay_offsets_path = delay_offsets_path  # the delay service does not run on a slave: its file is copied
         # (master broker address, master HA address) as configured or learnt from the name server; "" when unknown
         self._master_addrs = master_addrs
         self._tasks: list[asyncio.Task[Any]] = []
@@ -228,3 +232,6 @@ class HaSlave:
         self.subscriptions.follow(groups.get("subscriptionGroupTable") or {})
         offsets = await self._ask(RequestCode.GET_ALL_CONSUMER_OFFSET)
         self.offsets.follow(offsets.get("offsetTable") or {})
+        delay = await self._ask(RequestCode.GET_ALL_DELAY_OFFSET)
+        if isinstance(delay, dict) and isinstance(delay.get("offsetTable"), dict):
+            await asyncio.to_thread(atomic_write_json, self.delay_offsets_path, delay)
