@@ -39,12 +39,13 @@ class ReplicaWait(enum.Enum):
 
 
 class _Link:
-    __slots__ = ("peer", "session", "writer")
+    __slots__ = ("peer", "session", "wake", "writer")
 
     def __init__(self, session: MasterSession, writer: asyncio.StreamWriter, peer: str) -> None:
         self.session = session
         self.writer = writer
         self.peer = peer
+        self.wake = asyncio.Event()  # the log grew, or a send waits: ship now
 
 
 class HaMaster:
@@ -58,7 +59,6 @@ class HaMaster:
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._wake = asyncio.Event()
         self._acked = -1  # the highest offset any slave has durably
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # (offset, seq, future), sorted
         self._seq = 0
@@ -80,7 +80,11 @@ class HaMaster:
             log.warning("HA port %d is in use; listening on a free port instead", port)
             self._server = await asyncio.start_server(self._serve, host, 0, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
-        self.store.on_new_messages(lambda *_: self._wake.set())
+        self.store.on_new_messages(lambda *_: self._wake_all())
+
+    def _wake_all(self) -> None:
+        for link in self._links:
+            link.wake.set()
 
     @property
     def ha_addr(self) -> str:
@@ -136,7 +140,7 @@ class HaMaster:
         self._seq += 1
         entry = (offset, self._seq, fut)
         bisect.insort(self._waiters, entry)
-        self._wake.set()
+        self._wake_all()
         timer = self.clock.call_later(timeout, lambda: fut.done() or fut.cancel())
         try:
             await fut
@@ -223,7 +227,7 @@ class HaMaster:
                             if shipper is None:
                                 log.info("HA: slave %s replicating from offset %d", peer, effect.offset)
                                 shipper = self._spawn(self._ship(link), f"ha-ship-{peer}")
-                            self._wake.set()
+                            link.wake.set()
                         elif isinstance(effect, Fail):
                             self.refused += 1
                             log.warning("HA: refused %s: %s", peer, effect.reason)
@@ -270,11 +274,11 @@ class HaMaster:
         idle_since = self.clock.monotonic()
         try:
             while session.in_sync:
+                link.wake.clear()  # before looking: a wake-up from now on is not lost
                 chunk = session.next_chunk(store.max_physical_offset())
                 if chunk is None:
-                    self._wake.clear()
                     try:
-                        await asyncio.wait_for(self._wake.wait(), _SHIP_POLL_SECONDS)
+                        await asyncio.wait_for(link.wake.wait(), _SHIP_POLL_SECONDS)
                     except TimeoutError:
                         pass
                     if self.clock.monotonic() - idle_since >= heartbeat:
