@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_harness import ExtraBroker, free_port
+from cluster_harness import DevCluster, ExtraBroker, free_port
 from txmq.client import Message
 from txmq.client.sync import Admin, Producer, PullConsumer
 from txmq.errors import MQBrokerError
@@ -222,10 +222,9 @@ def test_slave_serves_pulls_and_refuses_writes_then_takes_over_reads_after_sigki
 
 
 def test_manual_promotion_makes_the_slave_the_master(pair: Pair) -> None:
-    with Admin(pair.namesrv_addr) as admin:
-        # Refused while the master is alive and registered.
-        with pytest.raises(MQBrokerError, match="still lists"):
-            admin.promote_broker(pair.slave.broker_addr)
+    # Refused while the master is alive and registered.
+    with Admin(pair.namesrv_addr) as admin, pytest.raises(MQBrokerError, match="still lists"):
+        admin.promote_broker(pair.slave.broker_addr)
     with Producer("PG_REPL", pair.namesrv_addr) as producer:
         before = [producer.send(Message("TopicPromo", f"before-{i}".encode())) for i in range(10)]
         assert all(r.status.name == "SEND_OK" for r in before)
@@ -250,3 +249,28 @@ def test_manual_promotion_makes_the_slave_the_master(pair: Pair) -> None:
                 seen += [m.body for m in messages]
                 offset = messages[-1].queue_offset + 1
     assert sorted(seen) == sorted([f"before-{i}".encode() for i in range(10)] + [b"after"])
+
+
+class DevWithReplica(DevCluster):
+    """``txmq dev --replicas 1``: a name server, a SYNC_MASTER and its slave in one process."""
+
+    def _command(self, conf_path: Path) -> list[str]:
+        return [*super()._command(conf_path), "--replicas", "1"]
+
+
+def test_txmq_dev_with_a_replica(tmp_path: Path) -> None:
+    dev = DevWithReplica(tmp_path / "dev", {**BROKER_CONF, "grpcListenPort": "0"})
+    dev.start()
+    try:
+        assert any("slave 1" in line for line in dev.output)
+        with Producer("PG_DEV", dev.namesrv_addr) as producer:
+            assert producer.send(Message("TopicDev", b"hello")).status.name == "SEND_OK"
+        with Admin(dev.namesrv_addr) as admin:
+            addrs = admin.cluster_info().broker_addrs["broker-a"]
+            assert sorted(addrs) == [0, 1]
+            master = admin.broker_runtime_info(addrs[0])
+            slave = admin.broker_runtime_info(addrs[1])
+        assert master["brokerRole"] == "SYNC_MASTER" and master["haSlavesInSync"] == "1"
+        assert slave["brokerRole"] == "SLAVE" and slave["haSlaveDurableOffset"] == master["commitLogMaxOffset"]
+    finally:
+        dev.stop()

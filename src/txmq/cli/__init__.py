@@ -203,7 +203,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 for s in slaves
             )
             print(
-                "txmq dev is running: a name server and a broker in one process\n"
+                "txmq dev is running: a name server and a broker"
+                + (f" with {len(slaves)} slave(s)" if slaves else "")
+                + " in one process\n"
                 f"  name server   127.0.0.1:{ns_port}   (namesrvAddr for clients)\n"
                 f"  broker        {config.broker_addr}   ({config.broker_name}, {config.broker_cluster_name}, "
                 f"{config.flush_disk_type}{', ' + config.broker_role if slaves else ''})\n"
