@@ -69,11 +69,11 @@ class HaMaster:
         port = config.ha_listen_port
         explicit = port >= 0
         if not explicit:
-            port = config.listen_port + 1
+            port = config.listen_port + 1 if config.listen_port < 65535 else 0
         try:
             self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
         except OSError as exc:
-            if explicit or exc.errno != errno.EADDRINUSE:
+            if explicit or exc.errno not in (errno.EADDRINUSE, errno.EACCES):
                 raise
             # listenPort + 1 is someone else's (a test cluster's neighbour): take any port; the name server tells
             # slaves which one.
