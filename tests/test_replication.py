@@ -3,26 +3,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from cluster_harness import DevCluster, ExtraBroker, free_port
-from txmq.client import Message
+from txmq.client import ConsumeFromWhere, ConsumeStatus, Message
+from txmq.client import PushConsumer as AsyncPushConsumer
 from txmq.client.sync import Admin, Producer, PullConsumer
 from txmq.errors import MQBrokerError
 from txmq.ha.wire import Accept, MasterFrameDecoder, Refuse, encode_hello, encode_report
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
 from txmq.store.commit_log import segment_name
-from txmq.testing import eventually
+from txmq.testing import aeventually, eventually
 
 SEGMENT = 16 * 1024 * 1024
 BROKER_CONF = {"mappedFileSizeCommitLog": str(SEGMENT), "transactionTimeOut": "1000"}
@@ -274,3 +279,61 @@ def test_txmq_dev_with_a_replica(tmp_path: Path) -> None:
         assert slave["brokerRole"] == "SLAVE" and slave["haSlaveDurableOffset"] == master["commitLogMaxOffset"]
     finally:
         dev.stop()
+
+
+def _offset_sum(port: int, key: str) -> int:
+    body = _request(port, RemotingCommand.request(43, {})).body
+    table = orjson.loads(body).get("offsetTable", {}) if body else {}
+    return sum(int(v) for v in table.get(key, {}).values())
+
+
+def test_push_consumers_continue_from_the_slave_after_the_master_is_killed(pair: Pair) -> None:
+    total = 100
+    bodies = {f"p{i}".encode() for i in range(total)}
+    with Producer("PG_PUSH", pair.namesrv_addr) as producer:
+        for body in sorted(bodies):
+            assert producer.send(Message("TopicPush", body)).status.name == "SEND_OK"
+    seen: Counter[bytes] = Counter()
+
+    async def consume(until: Callable[[], bool], **options: Any) -> None:
+        async def listener(msgs: list[Any]) -> ConsumeStatus:
+            for m in msgs:
+                seen[m.body] += 1
+            await asyncio.sleep(0.05)  # slow enough that the first consumer stops half way
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        consumer = AsyncPushConsumer(
+            "CG_PUSH",
+            pair.namesrv_addr,
+            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            consume_thread_max=1,
+            **options,
+        )
+        consumer.subscribe("TopicPush")
+        consumer.register_listener(listener)
+        await consumer.start()
+        try:
+            await aeventually(until, "consumed enough", timeout=60)
+        finally:
+            await consumer.shutdown()  # commits its offsets (to the master, or to the slave when it is gone)
+
+    asyncio.run(consume(lambda: len(seen) >= 10, pull_batch_size=1, pull_threshold_for_queue=1))
+    first = len(seen)
+    assert first < total
+    # The slave follows the master's consumer offsets.
+    key = "TopicPush@CG_PUSH"
+    eventually(
+        lambda: _offset_sum(pair.slave.broker_port, key) == _offset_sum(pair.master.broker_port, key) > 0,
+        "the slave has the master's offsets",
+        timeout=10,
+    )
+    pair.master.kill()
+    with Admin(pair.namesrv_addr) as admin:
+        eventually(
+            lambda: 0 not in admin.cluster_info().broker_addrs.get("broker-r", {0: ""}), "master gone", timeout=10
+        )
+    asyncio.run(consume(lambda: set(seen) == bodies))
+    redelivered = sum(seen.values()) - total
+    assert redelivered < first  # resumed from the copied offsets, not from the start
+    # The second consumer's progress was committed to the slave.
+    assert _offset_sum(pair.slave.broker_port, key) == total
