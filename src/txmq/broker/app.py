@@ -368,14 +368,17 @@ class BrokerApp:
         """The handlers that depend on the role: a slave refuses writes, a SYNC_MASTER waits for its slave."""
         send_codes = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
         handlers: dict[int, Handler] = {}
+        reply_codes = (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2)
         if self.config.is_slave:
-            for code in send_codes:
+            for code in (*send_codes, *reply_codes):
                 handlers[code] = slave_send_handler
             handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = slave_send_handler
             handlers[RequestCode.END_TRANSACTION] = slave_end_transaction_handler
             return handlers
         for code in send_codes:
             handlers[code] = self.send_processor.handle
+        for code in reply_codes:
+            handlers[code] = self.reply_processor.handle
         if self.config.broker_role == "SYNC_MASTER" and self.ha_master is not None:
             for code in send_codes:
                 handlers[code] = waiting_for_slave(
