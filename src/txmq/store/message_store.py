@@ -24,7 +24,7 @@ from txmq.store.config import StoreConfig
 from txmq.store.dispatch import DispatchRequest
 from txmq.store.reads import GetMessageResult, GetStatus, Reads
 from txmq.store.recovery import Recovery, RecoveryInfo
-from txmq.store.replica import append_replicated, read_chunk
+from txmq.store.replica import read_chunk
 from txmq.store.retention import RetentionService
 from txmq.store.state import Health, Published
 from txmq.store.stats import StoreStats
@@ -288,7 +288,7 @@ class MessageStore:
     def append_replicated(self, offset: int, data: bytes) -> int:
         """Append a master's bytes verbatim at ``offset`` (this log's end), durably, and dispatch them (blocking; on
         the writer thread). Returns the new end; raises :class:`~txmq.store.replica.ReplicaError` on bad bytes."""
-        return self._writer.call_in_writer(lambda: append_replicated(self._writer, self.commit_log, offset, data))  # type: ignore[no-any-return]
+        return self._writer.call_in_writer(lambda: self._writer.append_replicated(offset, data))  # type: ignore[no-any-return]
 
     def read_replica_chunk(self, start: int, end: int) -> bytes:
         """Whole records from ``start`` within one segment, before ``end`` (a master's next chunk to ship)."""

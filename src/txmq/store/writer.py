@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from txmq.clock import Clock
 from txmq.errors import StoreClosedError, StoreError
-from txmq.protocol.record import Host, MessageRecord, encode_offset_msg_id
+from txmq.protocol.record import Host, MessageRecord, WalkResult, encode_offset_msg_id, walk_segment
 from txmq.protocol.record.layout import I64, QO_PO, QUEUE_OFFSET_POS
 from txmq.store.background import KeyIndexer
 from txmq.store.commit_log import CommitLog, blank_for
 from txmq.store.config import StoreConfig
 from txmq.store.dispatch import DispatchRequest
-from txmq.store.entry import AppendEntry, EntryError, encode_entry, entry_from_bytes
+from txmq.store.entry import AppendEntry, EntryError, dispatch_from_fields, encode_entry, entry_from_bytes
+from txmq.store.replica import ReplicaError
 from txmq.store.state import Health, Published
 from txmq.store.stats import StoreStats
 
@@ -587,6 +588,73 @@ class Writer:
             req.result = failed if req.single else [failed] * len(req.entries)
             self._stats.put_failures += len(req.entries)
         self._complete(reqs, {})
+
+    # ------------------------------------------------------------------------------------------ a slave's appends
+
+    def append_replicated(self, offset: int, data: bytes) -> int:
+        """A slave's append (on the writer thread, under the append lock): ``data`` (whole records, maybe ending with a
+        segment's end-of-file blank) at ``offset``, which must be this log's end. Verify every record (magic, sizes,
+        CRC, PHYSICALOFFSET, queue offsets in sequence), write, fdatasync, dispatch with recovery's fields, publish.
+        Returns the new end; raises :class:`ReplicaError` and writes nothing on bad bytes."""
+        published = self._published
+        if offset != published.written:
+            raise ReplicaError(f"replicated bytes at {offset}, but this commit log ends at {published.written}")
+        seg = self._commit_log.segment_for_write(offset)
+        end = offset + len(data)
+        if end > seg.end:
+            raise ReplicaError(f"replicated bytes [{offset}, {end}) cross the segment end {seg.end}")
+        result = WalkResult()
+        records = list(walk_segment(data, base=offset, tail_room=0, check_crc=True, result=result))
+        if result.blank:
+            if end != seg.end:
+                raise ReplicaError(
+                    f"an end-of-file blank at {result.end} that does not end at the segment end {seg.end}"
+                )
+        elif result.end != end:
+            raise ReplicaError(f"replicated bytes are not whole records: stopped at {result.end} ({result.reason})")
+        next_offsets = self._next_offsets
+        touched: dict[tuple[str, int], int] = {}
+        dispatches: list[DispatchRequest] = []
+        delay_levels = self._delay_levels
+        last_ts = 0
+        for phys, size, qid, qoff, sys_flag, ts, topic_raw, props_raw in records:
+            d = dispatch_from_fields(phys, size, qid, qoff, sys_flag, ts, topic_raw, props_raw, delay_levels)
+            if d.has_consume_queue:
+                key = (d.topic, qid)
+                want = touched.get(key, next_offsets.get(key, 0))
+                if qoff != want:
+                    raise ReplicaError(f"record at {phys} has queue offset {qoff}, {d.topic}:{qid} expects {want}")
+                touched[key] = qoff + 1
+            dispatches.append(d)
+            last_ts = ts
+        health = self._health
+        try:
+            self._commit_log.write(seg, offset - seg.start, [data])
+            self._commit_log.flush(seg)  # a slave acknowledges only what is durable
+        except BaseException as exc:
+            health.fail(f"{type(exc).__name__}: {exc}")
+            log.critical("replicated append failed; refusing further appends until restart", exc_info=True)
+            raise
+        self._seg = None
+        published.written = end
+        self._commit_log.maybe_prepare(end)
+        self.consume_queue.put(dispatches)
+        self._indexer.enqueue(dispatches)
+        next_offsets.update(touched)
+        published.flushed = end
+        if touched:
+            published.visible.update(touched)
+        published.confirmed = end
+        if last_ts:
+            published.snap = (end, last_ts, last_ts)
+        else:
+            published.snap = (end, published.snap[1], published.snap[2])
+        stats = self._stats
+        stats.groups += 1
+        stats.put_messages += len(dispatches)
+        stats.put_bytes += len(data)
+        self._complete([], touched)
+        return end
 
     # ------------------------------------------------------------------------------------------ hooks
 
