@@ -8,6 +8,7 @@ from txmq.protocol.record import BLANK_MAGIC_CODE, MAGIC_CODE
 from txmq.protocol.record.layout import SIZE_MAGIC
 from txmq.store.commit_log import CommitLog
 
+
 class ReplicaError(StoreError):
     """Bytes from a master that cannot continue this replica's commit log; nothing of them was written."""
 
