@@ -265,3 +265,29 @@ def test_master_and_slave_converge_on_the_master_log(appends: list[int], chunk: 
             master.report(Report(rep.offset), min_offset=0, max_offset=end)
             assert master.acked == slave.durable <= master.shipped_to <= end
     assert slave.durable == end
+
+
+def test_the_ha_core_does_no_io() -> None:
+    """txmq.ha imports only itself, txmq.errors and IO-free standard modules (the driver is txmq.broker.ha)."""
+    import ast
+    from pathlib import Path
+
+    import txmq.ha
+
+    forbidden = {"asyncio", "socket", "os", "pathlib", "io", "threading", "subprocess", "selectors"}
+    modules = sorted(Path(txmq.ha.__file__).parent.glob("*.py"))
+    assert len(modules) == 3
+    for module in modules:
+        for node in ast.walk(ast.parse(module.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module
+                else []
+            )
+            for name in names:
+                if name.split(".")[0] == "txmq":
+                    assert name.startswith(("txmq.ha", "txmq.errors")), f"{module.name} imports {name}"
+                else:
+                    assert name.split(".")[0] not in forbidden, f"{module.name} imports {name}"
