@@ -290,6 +290,10 @@ class MessageStore:
         the writer thread). Returns the new end; raises :class:`~txmq.store.replica.ReplicaError` on bad bytes."""
         return self._writer.call_in_writer(lambda: self._writer.append_replicated(offset, data))  # type: ignore[no-any-return]
 
+    def append_replicated_future(self, offset: int, data: bytes) -> asyncio.Future[int]:
+        """:meth:`append_replicated` for an event loop (no executor thread in between)."""
+        return self._writer.call_in_writer_future(lambda: self._writer.append_replicated(offset, data))
+
     def read_replica_chunk(self, start: int, end: int) -> bytes:
         """Whole records from ``start`` within one segment, before ``end`` (a master's next chunk to ship)."""
         self._reads._check_readable()

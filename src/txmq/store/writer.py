@@ -147,7 +147,7 @@ def _link_positions(entries: list[AppendEntry], prop: str) -> list[int]:
 class _Task:
     """A function the writer thread runs between groups (retention, forced checkpoints)."""
 
-    __slots__ = ("done", "error", "fn", "result")
+    __slots__ = ("done", "error", "fn", "on_done", "result")
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self.fn = fn
@@ -155,6 +155,12 @@ class _Task:
         self.done.acquire()
         self.result: Any = None
         self.error: BaseException | None = None
+        self.on_done: Callable[[_Task], None] | None = None  # called on the writer thread once it ran (or failed)
+
+    def finish(self) -> None:
+        self.done.release()
+        if self.on_done is not None:
+            self.on_done(self)
 
 
 _STOP = object()
@@ -248,7 +254,7 @@ class Writer:
                 self._finish_failed(item, PutStatus.SERVICE_NOT_AVAILABLE, remark)
             elif isinstance(item, _Task):
                 item.error = StoreError(remark) if health.failure else StoreClosedError(remark)
-                item.done.release()
+                item.finish()
 
     # ------------------------------------------------------------------------------------------ appending
 
@@ -417,7 +423,37 @@ class Writer:
         except BaseException as exc:
             task.error = exc
         finally:
-            task.done.release()
+            task.finish()
+
+    def call_in_writer_future(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """:meth:`call_in_writer` for an event loop: a future of ``fn``'s result, without a thread of the executor."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def settle(task: _Task) -> None:
+            if fut.done():
+                return
+            if task.error is not None:
+                fut.set_exception(task.error)
+            else:
+                fut.set_result(task.result)
+
+        def on_done(task: _Task) -> None:
+            try:
+                loop.call_soon_threadsafe(settle, task)
+            except RuntimeError:  # the loop is closed: nobody waits
+                pass
+
+        task = _Task(fn)
+        task.on_done = on_done
+        health = self._health
+        with health.put_lock:
+            if health.state != "open":
+                raise StoreClosedError(f"the store is {health.state}")
+            if health.writer_dead:
+                raise StoreError(f"the store failed: {health.failure}")
+            self._queue.put(task)
+        return fut
 
     def call_in_writer(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the writer thread between groups and return its result (blocking)."""

@@ -166,7 +166,7 @@ class HaSlave:
                         effect = effects.pop(0)
                         if isinstance(effect, Apply):
                             try:
-                                end = await asyncio.to_thread(store.append_replicated, effect.offset, effect.data)
+                                end = await store.append_replicated_future(effect.offset, effect.data)
                             except StoreError as exc:
                                 self._note(f"HA: the master's bytes at {effect.offset} cannot be applied: {exc}")
                                 return
