@@ -188,6 +188,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
                     listen_port=args.broker_port + 10 * i,
                     store_path_root_dir=str(data / f"store-slave{i}"),
                     grpc_listen_port=0,
+                    metrics_port=0,  # the master's /metrics port is taken; a slave serves none here
+                    console_port=0,
                     ha_listen_port=-1,
                     ha_master_address=broker.app.ha_master.ha_addr if broker.app.ha_master else "",
                     extra=dict(config.extra),
