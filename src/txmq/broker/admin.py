@@ -114,6 +114,7 @@ class AdminProcessor:
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_subscription_group,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_subscription_groups,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offsets,
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
             RequestCode.LOCK_BATCH_MQ: self.lock_batch,
             RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch,
@@ -378,6 +379,11 @@ class AdminProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"invalid subscription group config: {exc}")
         self.subscriptions.upsert(cfg)
         return cmd.response()
+
+    def all_consumer_offsets(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """RocketMQ's ConsumerOffsetSerializeWrapper: what a slave copies from its master."""
+        table = {k: {str(q): o for q, o in v.items()} for k, v in list(self.offsets.table.items())}
+        return cmd.response(body=orjson.dumps({"offsetTable": table}))
 
     def all_subscription_groups(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         table = {

@@ -8,6 +8,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from txmq.acl.service import AclService
 from txmq.broker.admin import AdminProcessor
 from txmq.broker.clients import ClientRegistry
@@ -15,6 +17,8 @@ from txmq.broker.config import BrokerConfig
 from txmq.broker.consumer_admin import ConsumerAdminProcessor, lock_lifetime_seconds
 from txmq.broker.end_transaction import EndTransactionProcessor
 from txmq.broker.filters import ConsumerFilters
+from txmq.broker.ha import HaMaster, HaSlave
+from txmq.broker.ha.roles import slave_end_transaction_handler, slave_send_handler, waiting_for_slave
 from txmq.broker.locks import QueueLockManager
 from txmq.broker.longpoll import PullHoldService
 from txmq.broker.notify import ConsumerIdsNotifier
@@ -34,7 +38,8 @@ from txmq.broker.tx_admin import TransactionAdminProcessor
 from txmq.broker.txn import TransactionService
 from txmq.clock import SYSTEM_CLOCK, Clock
 from txmq.net import Dispatcher, Server
-from txmq.protocol.codes import RequestCode
+from txmq.protocol.codes import RequestCode, ResponseCode, TxmqReplicaRequestCode
+from txmq.protocol.frame import RemotingCommand
 from txmq.store.config import StoreConfig
 from txmq.store.message_store import MessageStore
 
@@ -56,9 +61,11 @@ class BrokerApp:
     async def open(cls, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK, host: str = "0.0.0.0") -> BrokerApp:
         """Open (recover) the store, then listen; a ``listen_port`` of 0 becomes the port picked. The handlers are
         registered before the event loop runs again, so no request meets a half-built broker."""
+        config.check_role()
         store_config = store_config_of(config)
         store = MessageStore(store_config, clock=clock)
         await store.start()
+        store.replica = config.is_slave
         server: Server | None = None
         try:
             dispatcher = Dispatcher()
@@ -249,13 +256,32 @@ class BrokerApp:
             folder=Path(config.store_path_root_dir) / "pop",
             stats=self.stats,
         )
-        self.grpc_door = self._grpc_door(host) if config.grpc_listen_port else None
+        # Replication: a master listens on its HA port for slaves; a slave copies its master's log and metadata.
+        self.ha_master: HaMaster | None = None
+        self.ha_slave: HaSlave | None = None
+        if config.is_slave:
+            self.ha_slave = HaSlave(
+                config=config,
+                clock=clock,
+                store=store,
+                topics=self.topics,
+                subscriptions=self.subscriptions,
+                offsets=self.offsets,
+                delay_offsets_path=self.schedule.path,
+                master_addrs=self._master_addrs,
+            )
+        else:
+            self.ha_master = HaMaster(config=config, clock=clock, store=store)
+        self._host = host
+        # The gRPC door serves masters only for now: a slave refuses writes, and 5.x clients have no slave reads.
+        self.grpc_door = self._grpc_door(host) if config.grpc_listen_port and not config.is_slave else None
         self.rpc_latency: Any = None
         self.metrics_server: Any = None
         if config.metrics_port:
             self._metrics(host)
         self.console: Any = None
 
+        self.runtime_info.sources.append(self._replication_runtime_info)
         store.on_new_messages(self.pull_holds.notify)
         self._register_handlers()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -326,11 +352,133 @@ class BrokerApp:
         handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = self.schedule.send_back
         handlers.update(self.consumer_admin.handlers())
         handlers.update(self.tools_admin.handlers())
+        handlers[TxmqReplicaRequestCode.TXMQ_PROMOTE_BROKER] = self._promote
+        handlers[RequestCode.GET_ALL_DELAY_OFFSET] = self.schedule.all_delay_offsets
+        handlers.update(self._role_handlers())
         for code, handler in handlers.items():
-            wrapped = answering_refusals(handler)
-            if self.rpc_latency is not None:
-                wrapped = self.rpc_latency.timed(code, wrapped)
-            self.dispatcher.register(code, wrapped)
+            self._register(code, handler)
+
+    def _register(self, code: int, handler: Handler) -> None:
+        wrapped = answering_refusals(handler)
+        if self.rpc_latency is not None:
+            wrapped = self.rpc_latency.timed(code, wrapped)
+        self.dispatcher.register(code, wrapped)
+
+    def _role_handlers(self) -> dict[int, Handler]:
+        """The handlers that depend on the role: a slave refuses writes, a SYNC_MASTER waits for its slave."""
+        send_codes = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+        handlers: dict[int, Handler] = {}
+        reply_codes = (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2)
+        if self.config.is_slave:
+            for code in (*send_codes, *reply_codes):
+                handlers[code] = slave_send_handler
+            handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = slave_send_handler
+            handlers[RequestCode.END_TRANSACTION] = slave_end_transaction_handler
+            return handlers
+        for code in send_codes:
+            handlers[code] = self.send_processor.handle
+        for code in reply_codes:
+            handlers[code] = self.reply_processor.handle
+        if self.config.broker_role == "SYNC_MASTER" and self.ha_master is not None:
+            for code in send_codes:
+                handlers[code] = waiting_for_slave(
+                    handlers[code], self.ha_master, self.store, self.config.sync_flush_timeout
+                )
+        handlers[RequestCode.END_TRANSACTION] = self.end_transaction.handle
+        handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = self.schedule.send_back
+        return handlers
+
+    async def _promote(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """TXMQ_PROMOTE_BROKER: this slave becomes its brokerName's master (manual failover, no controller)."""
+        try:
+            body = orjson.loads(cmd.body) if cmd.body else {}
+            role = str(body.get("brokerRole") or "ASYNC_MASTER").upper()
+            force = bool(body.get("force", False))
+        except (orjson.JSONDecodeError, AttributeError) as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"promote: the body is not a JSON object: {exc}")
+        if not self.config.is_slave:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, f"this broker is already a master ({self.config.broker_role})"
+            )
+        if role not in ("ASYNC_MASTER", "SYNC_MASTER"):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"promote to {role}: use ASYNC_MASTER or SYNC_MASTER")
+        await self.registration.register_now()
+        previous = self.registration.master_addr
+        if previous and not force:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"the name server still lists {previous} as the master of {self.config.broker_name}: stop it first "
+                "(or promote with force, and make sure it never comes back as a master)",
+            )
+        await self.promote(role)
+        answer = {
+            "brokerRole": self.config.broker_role,
+            "brokerId": self.config.broker_id,
+            "maxOffset": self.store.max_physical_offset(),
+            "previousMaster": previous,
+        }
+        return cmd.response(body=orjson.dumps(answer))
+
+    async def promote(self, role: str = "ASYNC_MASTER") -> None:
+        """Stop copying (everything received is already applied: a slave's appends are durable and dispatched
+        when acknowledged), take writes, rebuild the transaction table and start the master's services."""
+        if self.ha_slave is not None:
+            await self.ha_slave.close()
+            self.ha_slave = None
+        self.store.replica = False
+        config = self.config
+        config.broker_role, config.broker_id = role, 0
+        self.ha_master = HaMaster(config=config, clock=self.clock, store=self.store)
+        await self.ha_master.start(self._host)
+        self.registration.ha_port = self.ha_master.port
+        self.registration.master_addr = self.registration.master_ha_addr = ""
+        await self.transactions.start()
+        await self.schedule.start()
+        await self.pop.start()
+        for code, handler in self._role_handlers().items():
+            self._register(code, handler)
+        log.warning(
+            "promoted: %s is now the %s of %s at commit-log offset %d",
+            config.broker_addr,
+            role,
+            config.broker_name,
+            self.store.max_physical_offset(),
+        )
+        await self.registration.register_now()
+
+    def _master_addrs(self) -> tuple[str, str]:
+        """A slave's master: (broker address, HA address), from ``haMasterAddress`` or the name server's answer."""
+        registration = self.registration
+        return registration.master_addr, self.config.ha_master_address or registration.master_ha_addr
+
+    def _replication_runtime_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"brokerRole": self.config.broker_role}
+        if self.ha_master is not None:
+            slaves = self.ha_master.slaves()
+            in_sync = [s for s in slaves if s["state"] == "streaming"]
+            info["haServerAddr"] = self.ha_master.ha_addr
+            info["haSlavesInSync"] = len(in_sync)
+            info["haSlaveLagBytes"] = min((s["lagBytes"] for s in in_sync), default=-1)
+        if self.ha_slave is not None:
+            status = self.ha_slave.status()
+            info["haMasterAddr"] = status["masterHaAddr"]
+            info["haReplicaState"] = status["state"]
+            info["haSlaveDurableOffset"] = status["durableOffset"]
+        return info
+
+    def replication_status(self) -> dict[str, Any]:
+        """Role, offsets and the slaves (a master) or the link to the master (a slave), for admin views."""
+        status: dict[str, Any] = {
+            "brokerRole": self.config.broker_role,
+            "brokerId": self.config.broker_id,
+            "maxOffset": self.store.max_physical_offset(),
+        }
+        if self.ha_master is not None:
+            status["haAddr"] = self.ha_master.ha_addr
+            status["slaves"] = self.ha_master.slaves()
+        if self.ha_slave is not None:
+            status["master"] = self.ha_slave.status()
+        return status
 
     # -- lifecycle
 
@@ -340,9 +488,16 @@ class BrokerApp:
             asyncio.create_task(self._offset_persist_loop(), name="broker-offsets"),
             asyncio.create_task(self._stats_sample_loop(), name="broker-stats"),
         ]
-        await self.transactions.start()
-        await self.schedule.start()
-        await self.pop.start()
+        if self.ha_master is not None:
+            await self.ha_master.start(self._host)
+            self.registration.ha_port = self.ha_master.port
+        if self.ha_slave is None:
+            await self.transactions.start()
+            await self.schedule.start()
+            await self.pop.start()
+        else:
+            # A slave appends only its master's bytes: no transaction checks, delay deliveries or pop revives here.
+            self.ha_slave.start()
         if self.acl is not None:
             await self.acl.start()
         if self.grpc_door is not None:
@@ -360,9 +515,11 @@ class BrokerApp:
         if self.config.console_port:
             await self._start_console()
         log.info(
-            "broker %s (%s) serving on %s%s, store %s, flush %s",
+            "broker %s (%s, %s id %d) serving on %s%s, store %s, flush %s",
             self.config.broker_name,
             self.config.broker_cluster_name,
+            self.config.broker_role,
+            self.config.broker_id,
             self.config.broker_addr,
             f" and gRPC port {self.config.grpc_listen_port}" if self.grpc_door is not None else "",
             self.store_config.store_path_root_dir,
@@ -400,6 +557,10 @@ class BrokerApp:
         if self.console is not None:
             await self.console.close()
         self.registration.stop()
+        if self.ha_slave is not None:
+            await self.ha_slave.close()
+        if self.ha_master is not None:
+            await self.ha_master.close()
         for task in self._tasks:
             task.cancel()
         if self.grpc_door is not None:

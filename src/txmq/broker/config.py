@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from txmq.config import apply_properties, load_properties
+from txmq.errors import ConfigError
 
 log = logging.getLogger("txmq.broker")
 
@@ -90,6 +91,16 @@ class BrokerConfig:
     # With aclEnable: the account the console's admin calls are signed with (people log in with their own)
     console_access_key: str = ""
     console_secret_key: str = ""
+    # Replication (issue 21): RocketMQ's roles and HA keys. brokerId 0 is the master, 1.. the slaves.
+    broker_role: str = "ASYNC_MASTER"  # ASYNC_MASTER, SYNC_MASTER or SLAVE
+    ha_listen_port: int = -1  # -1: listenPort + 1 (RocketMQ's 10912 next to 10911)
+    ha_master_address: str = ""  # a slave's master HA address; empty: learnt from the name server's answer
+    ha_send_heartbeat_interval: int = 5_000  # ms between a slave's offset reports when nothing new arrives
+    ha_housekeeping_interval: int = 20_000  # ms of silence after which a master drops a slave's connection
+    ha_max_gap_not_in_sync: int = 256 * 1024 * 1024  # a slave further behind than this does not count as in sync
+    ha_transfer_batch_size: int = 1024 * 1024  # txmq: 1 MiB per shipment (RocketMQ: 32 KiB)
+    sync_flush_timeout: int = 5_000  # ms a SYNC_MASTER waits for its slave before FLUSH_SLAVE_TIMEOUT
+    slave_sync_interval: int = 10_000  # txmq: ms between a slave's copies of its master's metadata
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -101,6 +112,23 @@ class BrokerConfig:
         if config.extra:
             log.info("broker.conf keys passed on to other parts: %s", ", ".join(sorted(config.extra)))
         return config
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role.upper() == "SLAVE"
+
+    def check_role(self) -> None:
+        """RocketMQ's start-up rule: a master is brokerId 0, a slave has a brokerId above 0."""
+        role = self.broker_role.upper()
+        if role not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+            raise ConfigError(f"brokerRole={self.broker_role}: use ASYNC_MASTER, SYNC_MASTER or SLAVE")
+        self.broker_role = role
+        if role == "SLAVE":
+            if self.broker_id <= 0:
+                raise ConfigError(f"brokerRole=SLAVE needs a brokerId above 0 (got {self.broker_id})")
+        elif self.broker_id != 0:
+            log.info("brokerRole=%s: brokerId %d becomes 0, the master's id", role, self.broker_id)
+            self.broker_id = 0
 
     @property
     def advertised_ip(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -69,6 +70,15 @@ class ConsumerOffsetManager:
         with self._lock:
             for key in [k for k in self.table if k.endswith("@" + group)]:
                 del self.table[key]
+                self._dirty = True
+
+    def follow(self, table: dict[str, dict[Any, Any]]) -> None:
+        """A slave takes its master's offsets (GET_ALL_CONSUMER_OFFSET's ``offsetTable``), as RocketMQ's slaves do:
+        what a consumer committed to this slave while the master was away is replaced once the master answers."""
+        parsed = {str(k): {int(q): int(o) for q, o in v.items()} for k, v in table.items() if isinstance(v, dict)}
+        with self._lock:
+            if parsed != self.table:
+                self.table = parsed
                 self._dirty = True
 
     def persist(self, *, force: bool = False) -> bool:

@@ -91,7 +91,8 @@ class PullProcessor:
             return checked
         subscription, sql = checked
         outcome = self.pull(header, subscription, sql)
-        if header.sysFlag & FLAG_COMMIT_OFFSET and header.commitOffset >= 0:
+        # RocketMQ's slaves ignore the offset a pull carries (they take offsets from UPDATE_CONSUMER_OFFSET).
+        if header.sysFlag & FLAG_COMMIT_OFFSET and header.commitOffset >= 0 and not self.config.is_slave:
             self.offsets.commit(header.consumerGroup, header.topic, header.queueId, header.commitOffset)
         if outcome.code == ResponseCode.PULL_NOT_FOUND and header.sysFlag & FLAG_SUSPEND:
             timeout_ms = (

@@ -20,6 +20,8 @@ from txmq.protocol.headers import RegisterBrokerRequestHeader, UnregisterBrokerR
 
 log = logging.getLogger("txmq.broker")
 
+SLAVE_WITHOUT_MASTER_PERIOD = 2.0  # s between registrations of a slave that knows no master yet
+
 
 class NameServerRegistration:
     def __init__(self, *, config: BrokerConfig, clock: Clock, topics: TopicConfigManager) -> None:
@@ -33,6 +35,11 @@ class NameServerRegistration:
         self._task: asyncio.Task[None] | None = None
         self._soon: asyncio.TimerHandle | None = None
         self._lock = asyncio.Lock()
+        # What the name server told a slave about its master (RocketMQ's RegisterBrokerResult): the master's
+        # address and its HA address; "" until known, and again when the master is gone.
+        self.master_addr = ""
+        self.master_ha_addr = ""
+        self.ha_port = config.listen_port + 1  # the HA port actually listened on, set by the broker once bound
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="broker-register")
@@ -60,7 +67,10 @@ class NameServerRegistration:
     async def _loop(self) -> None:
         while True:
             await self._register_once()
-            await self.clock.sleep(self.config.register_name_server_period / 1000)
+            period = self.config.register_name_server_period / 1000
+            if self.config.is_slave and not self.master_addr:
+                period = min(period, SLAVE_WITHOUT_MASTER_PERIOD)  # learn a (new) master soon
+            await self.clock.sleep(period)
 
     def _register_request(self) -> RemotingCommand:
         config = self.config
@@ -69,7 +79,7 @@ class NameServerRegistration:
             brokerName=config.broker_name,
             brokerAddr=config.broker_addr,
             clusterName=config.broker_cluster_name,
-            haServerAddr=f"{config.advertised_ip}:{config.listen_port + 1}",
+            haServerAddr=f"{config.advertised_ip}:{self.ha_port}",
             brokerId=config.broker_id,
             compressed=False,
             bodyCrc32=zlib.crc32(body) & 0x7FFFFFFF,
@@ -93,11 +103,23 @@ class NameServerRegistration:
                     resp = await conn.request(self._register_request(), timeout=6.0)
                     if resp.code != ResponseCode.SUCCESS:
                         log.warning("name server %s refused the registration: %s", addr, resp.remark)
+                    elif self.config.is_slave:
+                        self._learn_master(
+                            resp.ext_fields.get("masterAddr") or "", resp.ext_fields.get("haServerAddr") or ""
+                        )
                     for namespace, key, value in self.kv:
                         ext = {"namespace": namespace, "key": key, "value": value}
                         await conn.request(RemotingCommand.request(RequestCode.PUT_KV_CONFIG, ext), timeout=6.0)
                 except (RemotingError, OSError) as exc:
                     log.warning("registering with name server %s failed: %s", addr, exc)
+
+    def _learn_master(self, master_addr: str, ha_addr: str) -> None:
+        if (master_addr, ha_addr) != (self.master_addr, self.master_ha_addr):
+            if master_addr:
+                log.info("master of %s is %s (HA %s)", self.config.broker_name, master_addr, ha_addr)
+            else:
+                log.warning("the name server knows no master of %s", self.config.broker_name)
+            self.master_addr, self.master_ha_addr = master_addr, ha_addr
 
     async def ask(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand | None:
         """Send ``cmd`` to the first name server that answers; None when none does."""

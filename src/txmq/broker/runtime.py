@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class RuntimeInfo:
         self.pull_holds = pull_holds
         self.tools_admin = tools_admin
         self.transactions = transactions
+        self.sources: list[Callable[[], dict[str, Any]]] = []  # more keys from other parts (replication)
 
     def __call__(self) -> dict[str, Any]:
         store = self.store
@@ -106,6 +108,8 @@ class RuntimeInfo:
         for key, value in stats.items():
             info.setdefault(f"store.{key}", value)
         info.update({f"tx.{key}": value for key, value in self.transactions.counter_values().items()})
+        for source in self.sources:
+            info.update(source())
         return info
 
 

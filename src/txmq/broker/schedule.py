@@ -166,6 +166,10 @@ class ScheduleService:
             },
         }
 
+    def all_delay_offsets(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_ALL_DELAY_OFFSET (45): this master's delayOffset.json, for its slaves."""
+        return cmd.response(body=orjson.dumps(self._snapshot()))
+
     async def _persist(self) -> None:
         async with self._persist_lock:
             snapshot = self._snapshot()  # taken under the lock, so files are written in snapshot order

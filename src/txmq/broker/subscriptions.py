@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -64,3 +65,26 @@ class SubscriptionGroupManager:
                 return False
             self._persist_locked()
             return True
+
+    def follow(self, table: dict[str, Any]) -> bool:
+        """A slave takes its master's groups (GET_ALL_SUBSCRIPTIONGROUP_CONFIG's table); returns whether any changed."""
+        groups: dict[str, SubscriptionGroupConfig] = {}
+        names = {f.name: camel for f in fields(SubscriptionGroupConfig) if (camel := _camel(f.name))}
+        for name, raw in table.items():
+            if not isinstance(raw, dict):
+                continue
+            try:
+                groups[name] = SubscriptionGroupConfig(**{f: raw[c] for f, c in names.items() if c in raw})
+            except TypeError:
+                log.warning("master's subscription group %r is malformed; skipped", name)
+        with self._lock:
+            if groups == self.groups:
+                return False
+            self.groups = groups
+            self._persist_locked()
+        return True
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)

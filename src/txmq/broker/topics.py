@@ -189,6 +189,36 @@ class TopicConfigManager:
             self._persist_locked()
             return True
 
+    def follow(self, wrapper: dict[str, Any]) -> bool:
+        """A slave takes its master's topics (a GET_ALL_TOPIC_CONFIG answer) and data version; returns whether
+        anything changed. Malformed entries are skipped."""
+        table = wrapper.get("topicConfigTable")
+        if not isinstance(table, dict):
+            return False
+        topics: dict[str, TopicConfig] = {}
+        for name, raw in table.items():
+            try:
+                topics[name] = TopicConfig(
+                    topic_name=str(raw.get("topicName", name)),
+                    read_queue_nums=int(raw.get("readQueueNums", 16)),
+                    write_queue_nums=int(raw.get("writeQueueNums", 16)),
+                    perm=int(raw.get("perm", PERM_READ | PERM_WRITE)),
+                    topic_filter_type=str(raw.get("topicFilterType", "SINGLE_TAG")),
+                    topic_sys_flag=int(raw.get("topicSysFlag", 0)),
+                    order=bool(raw.get("order", False)),
+                )
+            except (AttributeError, TypeError, ValueError):
+                log.warning("master's topic %r is malformed; skipped", name)
+        with self._lock:
+            if topics == self.topics:
+                return False
+            self.topics = topics
+            self._persist_locked()
+            version = wrapper.get("dataVersion")
+            if isinstance(version, dict) and "counter" in version:
+                self.data_version = dict(version)
+        return True
+
     def wrapper(self) -> dict[str, Any]:
         """The TopicConfigSerializeWrapper the name server registration carries."""
         return {

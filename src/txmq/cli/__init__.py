@@ -126,6 +126,24 @@ def cmd_broker(args: argparse.Namespace) -> int:
 # -- dev -------------------------------------------------------------------------------------------------------------
 
 
+async def _wait_in_sync(ha_master: Any, count: int, timeout: float = 15.0) -> None:
+    """Before saying it runs, let the slaves connect: a SYNC_MASTER's first sends would find none in sync."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while sum(s["state"] == "streaming" for s in ha_master.slaves()) < count:
+        if asyncio.get_running_loop().time() > deadline:
+            print("txmq dev: the slaves did not connect in time; see the log", file=sys.stderr)
+            return
+        await asyncio.sleep(0.05)
+
+
+def _sets_role(config_path: str | None) -> bool:
+    if not config_path:
+        return False
+    from txmq.config import load_properties
+
+    return "brokerRole" in load_properties(config_path)
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     from txmq.broker.broker import Broker
     from txmq.broker.config import BrokerConfig
@@ -136,6 +154,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     async def main() -> None:
         ns = NameServer(kv_path=data / "namesrv" / "kv.json")
         broker: Broker | None = None
+        slaves: list[Broker] = []
 
         async def start() -> None:
             nonlocal broker
@@ -158,13 +177,41 @@ def cmd_dev(args: argparse.Namespace) -> int:
             elif config.mapped_file_size_commit_log == BrokerConfig().mapped_file_size_commit_log:
                 # A development broker starts with a 128 MiB segment instead of reserving RocketMQ's 1 GiB.
                 config.mapped_file_size_commit_log = DEV_SEGMENT_SIZE
+            if args.replicas and config.broker_role == "ASYNC_MASTER" and not _sets_role(args.config):
+                config.broker_role = "SYNC_MASTER"  # a replica is there to make acknowledged sends survive
             broker = Broker(config)
             await broker.start(args.host)
+            for i in range(1, args.replicas + 1):
+                slave_config = config.replace(
+                    broker_role="SLAVE",
+                    broker_id=i,
+                    listen_port=args.broker_port + 10 * i,
+                    store_path_root_dir=str(data / f"store-slave{i}"),
+                    grpc_listen_port=0,
+                    metrics_port=0,  # the master's /metrics port is taken; a slave serves none here
+                    console_port=0,
+                    ha_listen_port=-1,
+                    ha_master_address=broker.app.ha_master.ha_addr if broker.app.ha_master else "",
+                    extra=dict(config.extra),
+                )
+                slave = Broker(slave_config)
+                await slave.start(args.host)
+                slaves.append(slave)
+            if slaves and broker.app.ha_master is not None:
+                await _wait_in_sync(broker.app.ha_master, len(slaves))
+            replica_lines = "".join(
+                f"  slave {s.config.broker_id}       {s.config.broker_addr}   (SLAVE of {config.broker_name}, "
+                f"store {s.config.store_path_root_dir})\n"
+                for s in slaves
+            )
             print(
-                "txmq dev is running: a name server and a broker in one process\n"
+                "txmq dev is running: a name server and a broker"
+                + (f" with {len(slaves)} slave(s)" if slaves else "")
+                + " in one process\n"
                 f"  name server   127.0.0.1:{ns_port}   (namesrvAddr for clients)\n"
                 f"  broker        {config.broker_addr}   ({config.broker_name}, {config.broker_cluster_name}, "
-                f"{config.flush_disk_type})\n"
+                f"{config.flush_disk_type}{', ' + config.broker_role if slaves else ''})\n"
+                + replica_lines
                 + (
                     f"  gRPC (5.x)    {config.advertised_ip}:{config.grpc_listen_port}   (endpoints of 5.x clients)\n"
                     if config.grpc_listen_port
@@ -190,6 +237,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
             )
 
         async def stop() -> None:
+            for slave in slaves:
+                await slave.close()
             if broker is not None:
                 await broker.close()
             await ns.close()
@@ -230,6 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--console-port", type=int, default=None, help="the web console's port (default 0: off)")
     dev.add_argument("-c", "--config", default=None, help="a broker.conf whose settings apply to the broker")
     dev.add_argument("--flush", choices=["SYNC_FLUSH", "ASYNC_FLUSH"], default=None)
+    dev.add_argument(
+        "--replicas",
+        type=int,
+        default=0,
+        help="slaves of the broker in the same process (brokerId 1.., ports broker-port + 10*i); the master becomes "
+        "SYNC_MASTER unless -c sets brokerRole",
+    )
     dev.add_argument(
         "--segment-size", type=int, default=None, help="commit-log segment size in bytes (default 128 MiB for dev)"
     )

@@ -145,6 +145,16 @@ async def topic_stats(args: argparse.Namespace) -> int:
     return await _with_admin(args, run)
 
 
+def _replication_column(rt: dict[str, Any]) -> str:
+    """A master: slaves in sync and the smallest lag; a slave: its link's state and durable offset."""
+    if "haSlavesInSync" in rt:
+        lag = rt.get("haSlaveLagBytes", "-1")
+        return f"{rt['haSlavesInSync']} in sync" + (f", lag {lag} B" if str(lag) != "-1" else "")
+    if "haReplicaState" in rt:
+        return f"{rt['haReplicaState']} at {rt.get('haSlaveDurableOffset', '-')}"
+    return "-"
+
+
 async def cluster(args: argparse.Namespace) -> int:
     async def run(admin: Any) -> int:
         info = await admin.cluster_info()
@@ -162,13 +172,17 @@ async def cluster(args: argparse.Namespace) -> int:
                             name,
                             broker_id,
                             addr,
+                            rt.get("brokerRole", "-"),
+                            _replication_column(rt),
                             rt.get("brokerVersionDesc", "-"),
                             rt.get("msgPutTotalTodayNow", "-"),
                             rt.get("msgGetTotalTodayNow", "-"),
                             rt.get("flushDiskType", "-"),
                         )
                     )
-        print(table(["Cluster", "Broker", "Id", "Address", "Version", "Put", "Get", "Flush"], rows))
+        print(
+            table(["Cluster", "Broker", "Id", "Address", "Role", "Replication", "Version", "Put", "Get", "Flush"], rows)
+        )
         return 0
 
     return await _with_admin(args, run)
@@ -392,4 +406,4 @@ def add_admin_parser(sub: Any) -> None:
 
 
 # Modules with ``add_parser(admin_subparsers, groups, run)``; a missing one is simply not offered.
-ADMIN_EXTENSIONS = ("txmq.cli.admin_tx", "txmq.cli.admin_consumer", "txmq.cli.admin_acl")
+ADMIN_EXTENSIONS = ("txmq.cli.admin_tx", "txmq.cli.admin_consumer", "txmq.cli.admin_acl", "txmq.cli.admin_replica")

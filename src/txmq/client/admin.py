@@ -13,7 +13,7 @@ from txmq.client.message import MessageExt, MessageQueue, retry_topic
 from txmq.client.producer import check_topic
 from txmq.client.route import TopicRoute
 from txmq.errors import MQBrokerError, MQClientError, NoRouteError, RecordDecodeError, RemotingError
-from txmq.protocol.codes import ResponseCode, TxmqRequestCode
+from txmq.protocol.codes import ResponseCode, TxmqReplicaRequestCode, TxmqRequestCode
 from txmq.protocol.headers import CreateTopicRequestHeader
 from txmq.protocol.record import Prop, decode_offset_msg_id
 
@@ -475,6 +475,17 @@ class Admin(ClientLifecycle):
     async def resume_transaction(self, ident: str) -> dict[str, Any]:
         """Put a DISCARDED transaction back in its broker's pending table: checks start again from zero."""
         return await self._on_owner(TxmqRequestCode.TXMQ_RESUME_TRANSACTION, {"id": ident})
+
+    async def promote_broker(self, broker_addr: str, role: str = "ASYNC_MASTER", *, force: bool = False) -> Any:
+        """Make the slave at ``broker_addr`` its brokerName's master (manual failover, as RocketMQ 4.x without a
+        controller). Refused while the name server still lists a master, unless ``force``."""
+        body = {"brokerRole": role, "force": force}
+        return await self.instance.api.txmq_admin(
+            broker_addr,
+            TxmqReplicaRequestCode.TXMQ_PROMOTE_BROKER,  # type: ignore[arg-type]
+            body,
+            timeout=30.0,
+        )
 
     async def transaction_counters(self) -> dict[str, dict[str, int]]:
         """The transaction counters of every master broker, keyed by address."""

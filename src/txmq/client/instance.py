@@ -409,13 +409,17 @@ class ClientInstance:
             return None
         return addrs[min(addrs)]
 
-    async def find_broker_addr_refreshing(self, broker_name: str, topic: str) -> str | None:
-        """Like :meth:`find_broker_addr`, refreshing ``topic``'s route once when the broker is unknown."""
+    async def find_broker_addr_refreshing(
+        self, broker_name: str, topic: str, *, master_only: bool = True
+    ) -> str | None:
+        """Like :meth:`find_broker_addr`, refreshing ``topic``'s route once when the broker is unknown. Reads
+        (pulls, consumer offsets) pass ``master_only=False``: RocketMQ's clients use a slave while the master is
+        missing from the route (``findBrokerAddressInSubscribe``)."""
         addr = self.find_broker_addr(broker_name)
         if addr is None:
             with contextlib.suppress(RemotingError, MQClientError):
                 await self.update_route(topic)
-            addr = self.find_broker_addr(broker_name)
+            addr = self.find_broker_addr(broker_name, master_only=master_only)
         return addr
 
     def _all_broker_addrs(self, *, masters_only: bool) -> list[str]:

@@ -62,7 +62,7 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         self.group = group
 
     async def _addr(self, mq: MessageQueue) -> str:
-        addr = await self._instance.find_broker_addr_refreshing(mq.broker_name, mq.topic)
+        addr = await self._instance.find_broker_addr_refreshing(mq.broker_name, mq.topic, master_only=False)
         if addr is None:
             raise MQClientError(f"the broker {mq.broker_name} of {mq} is not known")
         return addr

@@ -101,7 +101,7 @@ class PullConsumer(ClientLifecycle):
         return route.subscribe_queues()
 
     async def _addr(self, mq: MessageQueue) -> str:
-        addr = await self.instance.find_broker_addr_refreshing(mq.broker_name, mq.topic)
+        addr = await self.instance.find_broker_addr_refreshing(mq.broker_name, mq.topic, master_only=False)
         if addr is None:
             raise MQClientError(f"the broker {mq.broker_name} of {mq} is not known")
         return addr

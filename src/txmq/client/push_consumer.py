@@ -411,7 +411,7 @@ class PushConsumer(ClientLifecycle):
         ):
             return 0
         instance = self.instance
-        addr = await instance.find_broker_addr_refreshing(mq.broker_name, mq.topic)
+        addr = await instance.find_broker_addr_refreshing(mq.broker_name, mq.topic, master_only=False)
         if addr is None:
             raise MQClientError(f"the broker {mq.broker_name} is not known")
         if where is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET or is_retry:
@@ -587,7 +587,7 @@ class PushConsumer(ClientLifecycle):
                 if sub is None:
                     await clock.sleep(self.pull_time_delay_when_exception)
                     continue
-                addr = await instance.find_broker_addr_refreshing(mq.broker_name, mq.topic)
+                addr = await instance.find_broker_addr_refreshing(mq.broker_name, mq.topic, master_only=False)
                 if addr is None:
                     raise MQClientError(f"the broker {mq.broker_name} of {mq} is not known")
                 commit = store.get(mq) if self.clustering else None

@@ -509,6 +509,9 @@ class Admin(_Blocking[_admin.Admin]):
     def resume_transaction(self, ident: str) -> dict[str, Any]:
         return self._portal.run(self._async.resume_transaction(ident))
 
+    def promote_broker(self, broker_addr: str, role: str = "ASYNC_MASTER", *, force: bool = False) -> Any:
+        return self._portal.run(self._async.promote_broker(broker_addr, role, force=force))
+
     def transaction_counters(self) -> dict[str, dict[str, int]]:
         return self._portal.run(self._async.transaction_counters())
 

@@ -37,6 +37,7 @@ class RequestCode(enum.IntEnum):
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
     GET_ALL_CONSUMER_OFFSET = 43
+    GET_ALL_DELAY_OFFSET = 45  # a slave copies its master's delayOffset.json
     CHECK_CLIENT_CONFIG = 46
     UPDATE_AND_CREATE_ACL_CONFIG = 50
     DELETE_ACL_CONFIG = 51
@@ -181,3 +182,12 @@ class TxmqRequestCode(enum.IntEnum):
     TXMQ_RESOLVE_TRANSACTION = 1302
     TXMQ_RESUME_TRANSACTION = 1303
     TXMQ_TRANSACTION_COUNTERS = 1304
+
+
+class TxmqReplicaRequestCode(enum.IntEnum):
+    """txmq's own admin requests for replication, 1330..1339 (not RocketMQ codes). JSON bodies both ways."""
+
+    # To a slave. Body {"brokerRole": "ASYNC_MASTER" | "SYNC_MASTER", "force": bool}. The slave stops copying, becomes
+    # brokerId 0 with that role and registers as the master; refused while the name server still lists a master of
+    # its brokerName (unless force). Answer {"brokerRole", "brokerId", "maxOffset", "previousMaster"}.
+    TXMQ_PROMOTE_BROKER = 1330

@@ -24,6 +24,7 @@ from txmq.store.config import StoreConfig
 from txmq.store.dispatch import DispatchRequest
 from txmq.store.reads import GetMessageResult, GetStatus, Reads
 from txmq.store.recovery import Recovery, RecoveryInfo
+from txmq.store.replica import read_chunk
 from txmq.store.retention import RetentionService
 from txmq.store.state import Health, Published
 from txmq.store.stats import StoreStats
@@ -272,6 +273,31 @@ class MessageStore:
     def call_in_writer(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the writer thread between groups and return its result (blocking)."""
         return self._writer.call_in_writer(fn)
+
+    # ------------------------------------------------------------------------------------------ replication
+
+    @property
+    def replica(self) -> bool:
+        """True while this store is a slave's copy: it takes only :meth:`append_replicated`, other puts are refused."""
+        return self._health.replica
+
+    @replica.setter
+    def replica(self, value: bool) -> None:
+        self._health.replica = value
+
+    def append_replicated(self, offset: int, data: bytes) -> int:
+        """Append a master's bytes verbatim at ``offset`` (this log's end), durably, and dispatch them (blocking; on
+        the writer thread). Returns the new end; raises :class:`~txmq.store.replica.ReplicaError` on bad bytes."""
+        return self._writer.call_in_writer(lambda: self._writer.append_replicated(offset, data))  # type: ignore[no-any-return]
+
+    def append_replicated_future(self, offset: int, data: bytes) -> asyncio.Future[int]:
+        """:meth:`append_replicated` for an event loop (no executor thread in between)."""
+        return self._writer.call_in_writer_future(lambda: self._writer.append_replicated(offset, data))
+
+    def read_replica_chunk(self, start: int, end: int) -> bytes:
+        """Whole records from ``start`` within one segment, before ``end`` (a master's next chunk to ship)."""
+        self._reads._check_readable()
+        return read_chunk(self.commit_log, start, end, self._published.confirmed)
 
     def flush(self) -> None:
         """Make everything appended so far durable and checkpoint it (blocking; normally periodic)."""

@@ -10,10 +10,12 @@ class Health:
     """The store's life cycle (new -> open -> closing -> closed) and the failure that refuses appends until a
     restart. ``put_lock`` makes "check open + enqueue" atomic against shutdown."""
 
-    __slots__ = ("failure", "put_lock", "state", "writer_dead")
+    __slots__ = ("failure", "put_lock", "replica", "state", "writer_dead")
 
     def __init__(self) -> None:
         self.state = "new"
+        # A slave's store: only the master's bytes are appended (txmq.store.replica), every other put is refused.
+        self.replica = False
         self.failure: str | None = None  # set when a write/flush/index failed: puts are refused until a restart
         self.writer_dead = False
         self.put_lock = threading.Lock()

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from txmq.clock import Clock
 from txmq.errors import StoreClosedError, StoreError
-from txmq.protocol.record import Host, MessageRecord, encode_offset_msg_id
+from txmq.protocol.record import Host, MessageRecord, WalkResult, encode_offset_msg_id, walk_segment
 from txmq.protocol.record.layout import I64, QO_PO, QUEUE_OFFSET_POS
 from txmq.store.background import KeyIndexer
 from txmq.store.commit_log import CommitLog, blank_for
 from txmq.store.config import StoreConfig
 from txmq.store.dispatch import DispatchRequest
-from txmq.store.entry import AppendEntry, EntryError, encode_entry, entry_from_bytes
+from txmq.store.entry import AppendEntry, EntryError, dispatch_from_fields, encode_entry, entry_from_bytes
+from txmq.store.replica import ReplicaError
 from txmq.store.state import Health, Published
 from txmq.store.stats import StoreStats
 
@@ -146,7 +147,7 @@ def _link_positions(entries: list[AppendEntry], prop: str) -> list[int]:
 class _Task:
     """A function the writer thread runs between groups (retention, forced checkpoints)."""
 
-    __slots__ = ("done", "error", "fn", "result")
+    __slots__ = ("done", "error", "fn", "on_done", "result")
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self.fn = fn
@@ -154,6 +155,12 @@ class _Task:
         self.done.acquire()
         self.result: Any = None
         self.error: BaseException | None = None
+        self.on_done: Callable[[_Task], None] | None = None  # called on the writer thread once it ran (or failed)
+
+    def finish(self) -> None:
+        self.done.release()
+        if self.on_done is not None:
+            self.on_done(self)
 
 
 _STOP = object()
@@ -247,7 +254,7 @@ class Writer:
                 self._finish_failed(item, PutStatus.SERVICE_NOT_AVAILABLE, remark)
             elif isinstance(item, _Task):
                 item.error = StoreError(remark) if health.failure else StoreClosedError(remark)
-                item.done.release()
+                item.finish()
 
     # ------------------------------------------------------------------------------------------ appending
 
@@ -416,7 +423,37 @@ class Writer:
         except BaseException as exc:
             task.error = exc
         finally:
-            task.done.release()
+            task.finish()
+
+    def call_in_writer_future(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """:meth:`call_in_writer` for an event loop: a future of ``fn``'s result, without a thread of the executor."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def settle(task: _Task) -> None:
+            if fut.done():
+                return
+            if task.error is not None:
+                fut.set_exception(task.error)
+            else:
+                fut.set_result(task.result)
+
+        def on_done(task: _Task) -> None:
+            try:
+                loop.call_soon_threadsafe(settle, task)
+            except RuntimeError:  # the loop is closed: nobody waits
+                pass
+
+        task = _Task(fn)
+        task.on_done = on_done
+        health = self._health
+        with health.put_lock:
+            if health.state != "open":
+                raise StoreClosedError(f"the store is {health.state}")
+            if health.writer_dead:
+                raise StoreError(f"the store failed: {health.failure}")
+            self._queue.put(task)
+        return fut
 
     def call_in_writer(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the writer thread between groups and return its result (blocking)."""
@@ -437,6 +474,11 @@ class Writer:
         health = self._health
         if health.failure is not None:
             self._finish_failed(reqs, PutStatus.SERVICE_NOT_AVAILABLE, f"the store failed: {health.failure}")
+            return
+        if health.replica:
+            self._finish_failed(
+                reqs, PutStatus.SERVICE_NOT_AVAILABLE, "this store is a slave's: it takes only the master's bytes"
+            )
             return
         try:
             self._write_group(reqs)
@@ -582,6 +624,73 @@ class Writer:
             req.result = failed if req.single else [failed] * len(req.entries)
             self._stats.put_failures += len(req.entries)
         self._complete(reqs, {})
+
+    # ------------------------------------------------------------------------------------------ a slave's appends
+
+    def append_replicated(self, offset: int, data: bytes) -> int:
+        """A slave's append (on the writer thread, under the append lock): ``data`` (whole records, maybe ending with a
+        segment's end-of-file blank) at ``offset``, which must be this log's end. Verify every record (magic, sizes,
+        CRC, PHYSICALOFFSET, queue offsets in sequence), write, fdatasync, dispatch with recovery's fields, publish.
+        Returns the new end; raises :class:`ReplicaError` and writes nothing on bad bytes."""
+        published = self._published
+        if offset != published.written:
+            raise ReplicaError(f"replicated bytes at {offset}, but this commit log ends at {published.written}")
+        seg = self._commit_log.segment_for_write(offset)
+        end = offset + len(data)
+        if end > seg.end:
+            raise ReplicaError(f"replicated bytes [{offset}, {end}) cross the segment end {seg.end}")
+        result = WalkResult()
+        records = list(walk_segment(data, base=offset, tail_room=0, check_crc=True, result=result))
+        if result.blank:
+            if end != seg.end:
+                raise ReplicaError(
+                    f"an end-of-file blank at {result.end} that does not end at the segment end {seg.end}"
+                )
+        elif result.end != end:
+            raise ReplicaError(f"replicated bytes are not whole records: stopped at {result.end} ({result.reason})")
+        next_offsets = self._next_offsets
+        touched: dict[tuple[str, int], int] = {}
+        dispatches: list[DispatchRequest] = []
+        delay_levels = self._delay_levels
+        last_ts = 0
+        for phys, size, qid, qoff, sys_flag, ts, topic_raw, props_raw in records:
+            d = dispatch_from_fields(phys, size, qid, qoff, sys_flag, ts, topic_raw, props_raw, delay_levels)
+            if d.has_consume_queue:
+                key = (d.topic, qid)
+                want = touched.get(key, next_offsets.get(key, 0))
+                if qoff != want:
+                    raise ReplicaError(f"record at {phys} has queue offset {qoff}, {d.topic}:{qid} expects {want}")
+                touched[key] = qoff + 1
+            dispatches.append(d)
+            last_ts = ts
+        health = self._health
+        try:
+            self._commit_log.write(seg, offset - seg.start, [data])
+            self._commit_log.flush(seg)  # a slave acknowledges only what is durable
+        except BaseException as exc:
+            health.fail(f"{type(exc).__name__}: {exc}")
+            log.critical("replicated append failed; refusing further appends until restart", exc_info=True)
+            raise
+        self._seg = None
+        published.written = end
+        self._commit_log.maybe_prepare(end)
+        self.consume_queue.put(dispatches)
+        self._indexer.enqueue(dispatches)
+        next_offsets.update(touched)
+        published.flushed = end
+        if touched:
+            published.visible.update(touched)
+        published.confirmed = end
+        if last_ts:
+            published.snap = (end, last_ts, last_ts)
+        else:
+            published.snap = (end, published.snap[1], published.snap[2])
+        stats = self._stats
+        stats.groups += 1
+        stats.put_messages += len(dispatches)
+        stats.put_bytes += len(data)
+        self._complete([], touched)
+        return end
 
     # ------------------------------------------------------------------------------------------ hooks
 

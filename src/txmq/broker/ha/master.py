@@ -1,0 +1,304 @@
+"""A master's HA port: one :class:`~txmq.ha.session.MasterSession` per slave connection, fed by a reader task and
+drained by a shipper task, and the waits of SYNC_MASTER sends for their bytes to be durable on a slave."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import enum
+import errno
+import logging
+from typing import Any
+
+from txmq.broker.config import BrokerConfig
+from txmq.clock import Clock
+from txmq.errors import StoreError
+from txmq.ha.session import Acked, Fail, MasterSession, SendAccept, SendRefuse
+from txmq.ha.wire import (
+    HaProtocolError,
+    Hello,
+    Report,
+    SlaveFrameDecoder,
+    encode_accept,
+    encode_data_header,
+    encode_refuse,
+)
+from txmq.store.message_store import MessageStore
+
+log = logging.getLogger("txmq.broker.ha")
+
+_SHIP_POLL_SECONDS = 0.02  # records without a consume-queue entry (half messages) wake no hook: poll for them too
+
+
+class ReplicaWait(enum.Enum):
+    """How a SYNC_MASTER send's wait for its slave ended (RocketMQ's PutMessageStatus names)."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+class _Link:
+    __slots__ = ("peer", "session", "wake", "writer")
+
+    def __init__(self, session: MasterSession, writer: asyncio.StreamWriter, peer: str) -> None:
+        self.session = session
+        self.writer = writer
+        self.peer = peer
+        self.wake = asyncio.Event()  # the log grew, or a send waits: ship now
+
+
+class HaMaster:
+    """Listens on ``haListenPort``, ships the commit log to slaves, tracks what they have durably."""
+
+    def __init__(self, *, config: BrokerConfig, clock: Clock, store: MessageStore) -> None:
+        self.config = config
+        self.clock = clock
+        self.store = store
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._links: set[_Link] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._acked = -1  # the highest offset any slave has durably
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # (offset, seq, future), sorted
+        self._seq = 0
+        self.refused = 0  # connections refused (bad greeting, impossible offset, garbage)
+
+    async def start(self, host: str) -> None:
+        config = self.config
+        port = config.ha_listen_port
+        explicit = port >= 0
+        if not explicit:
+            port = config.listen_port + 1 if config.listen_port < 65535 else 0
+        try:
+            self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
+        except OSError as exc:
+            if explicit or exc.errno not in (errno.EADDRINUSE, errno.EACCES):
+                raise
+            # listenPort + 1 is someone else's (a test cluster's neighbour): take any port; the name server tells
+            # slaves which one.
+            log.warning("HA port %d is in use; listening on a free port instead", port)
+            self._server = await asyncio.start_server(self._serve, host, 0, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.store.on_new_messages(lambda *_: self._wake_all())
+
+    def _wake_all(self) -> None:
+        for link in self._links:
+            link.wake.set()
+
+    @property
+    def ha_addr(self) -> str:
+        return f"{self.config.advertised_ip}:{self.port}"
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for link in list(self._links):
+            link.writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for _, _, fut in self._waiters:
+            if not fut.done():
+                fut.cancel()
+        self._waiters.clear()
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            except TimeoutError:
+                pass
+
+    # -- state for SYNC_MASTER and the admin view
+
+    def slaves(self) -> list[dict[str, Any]]:
+        end = self.store.max_physical_offset()
+        out = []
+        for link in self._links:
+            s = link.session
+            out.append(
+                {
+                    "addr": link.peer,
+                    "state": s.state.value,
+                    "ackedOffset": s.acked,
+                    "shippedOffset": s.shipped_to,
+                    "lagBytes": max(0, end - s.acked) if s.acked >= 0 else None,
+                }
+            )
+        return out
+
+    def _in_sync(self) -> bool:
+        end = self.store.max_physical_offset()
+        gap = self.config.ha_max_gap_not_in_sync
+        return any(link.session.in_sync and end - link.session.acked <= gap for link in self._links)
+
+    async def wait_replicated(self, offset: int, timeout: float) -> ReplicaWait:
+        """Wait until a slave has the commit log durably up to ``offset`` (a send's end)."""
+        if any(link.session.in_sync and link.session.acked >= offset for link in self._links):
+            return ReplicaWait.PUT_OK
+        if not self._in_sync():
+            return ReplicaWait.SLAVE_NOT_AVAILABLE
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._seq += 1
+        entry = (offset, self._seq, fut)
+        bisect.insort(self._waiters, entry)
+        self._wake_all()
+        timer = self.clock.call_later(timeout, lambda: fut.done() or fut.cancel())
+        try:
+            await fut
+            return ReplicaWait.PUT_OK
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]  # our caller was cancelled
+                raise
+            return ReplicaWait.FLUSH_SLAVE_TIMEOUT
+        finally:
+            timer.cancel()
+            if not fut.done():
+                fut.cancel()
+            try:
+                self._waiters.remove(entry)
+            except ValueError:
+                pass
+
+    def _on_acked(self, offset: int) -> None:
+        self._acked = max(self._acked, offset)
+        waiters = self._waiters
+        n = 0
+        while n < len(waiters) and waiters[n][0] <= offset:
+            fut = waiters[n][2]
+            if not fut.done():
+                fut.set_result(None)
+            n += 1
+        if n:
+            del waiters[:n]
+
+    # -- one slave connection
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer_info = writer.get_extra_info("peername")
+        peer = f"{peer_info[0]}:{peer_info[1]}" if peer_info else "?"
+        config = self.config
+        session = MasterSession(
+            broker_name=config.broker_name,
+            segment_size=self.store.config.mapped_file_size_commit_log,
+            chunk_size=config.ha_transfer_batch_size,
+            window=max(config.ha_transfer_batch_size * 8, 8 << 20),
+        )
+        link = _Link(session, writer, peer)
+        self._links.add(link)
+        shipper: asyncio.Task[Any] | None = None
+        decoder = SlaveFrameDecoder()
+        silence = config.ha_housekeeping_interval / 1000
+        try:
+            while True:
+                try:
+                    data = await asyncio.wait_for(reader.read(65536), silence)
+                except TimeoutError:
+                    self._drop(link, f"no report for {silence:.0f} s")
+                    return
+                if not data:
+                    break
+                try:
+                    frames = decoder.feed(data)
+                except HaProtocolError as exc:
+                    self._refuse_garbage(link, str(exc))
+                    return
+                for frame in frames:
+                    store = self.store
+                    lo, hi = store.min_physical_offset(), store.max_physical_offset()
+                    if isinstance(frame, Hello):
+                        effects = session.hello(frame, min_offset=lo, max_offset=hi)
+                    elif isinstance(frame, Report):
+                        effects = session.report(frame, min_offset=lo, max_offset=hi)
+                    else:  # pragma: no cover - the decoder yields only these
+                        continue
+                    for effect in effects:
+                        if isinstance(effect, SendAccept):
+                            writer.write(encode_accept(effect.min_offset, effect.max_offset))
+                            log.info("HA: slave %s of %s greeted", peer, frame.broker_name)
+                        elif isinstance(effect, SendRefuse):
+                            writer.write(encode_refuse(effect.reason))
+                        elif isinstance(effect, Acked):
+                            self._on_acked(effect.offset)
+                            if shipper is None:
+                                log.info("HA: slave %s replicating from offset %d", peer, effect.offset)
+                                shipper = self._spawn(self._ship(link), f"ha-ship-{peer}")
+                            link.wake.set()
+                        elif isinstance(effect, Fail):
+                            self.refused += 1
+                            log.warning("HA: refused %s: %s", peer, effect.reason)
+                            await self._close_writer(writer)
+                            return
+        except (ConnectionError, OSError) as exc:
+            log.info("HA: slave %s connection lost: %s", peer, exc)
+        finally:
+            if session.state.value != "closed":
+                session.close("connection closed")
+            self._links.discard(link)
+            if shipper is not None:
+                shipper.cancel()
+            writer.close()
+            log.info("HA: slave %s gone (%s)", peer, session.close_reason)
+
+    def _refuse_garbage(self, link: _Link, why: str) -> None:
+        self.refused += 1
+        log.warning("HA: refused %s: %s", link.peer, why)
+        link.session.close(why)
+        try:
+            link.writer.write(encode_refuse(why))
+        except (ConnectionError, RuntimeError):
+            pass
+        link.writer.close()
+
+    def _drop(self, link: _Link, why: str) -> None:
+        log.warning("HA: dropping slave %s: %s", link.peer, why)
+        link.session.close(why)
+        link.writer.close()
+
+    @staticmethod
+    async def _close_writer(writer: asyncio.StreamWriter) -> None:
+        try:
+            await asyncio.wait_for(writer.drain(), 1.0)
+        except (TimeoutError, ConnectionError):
+            pass
+        writer.close()
+
+    async def _ship(self, link: _Link) -> None:
+        """Ship what the session asks for, as the log grows; a heartbeat frame when idle."""
+        session, writer, store = link.session, link.writer, self.store
+        heartbeat = self.config.ha_send_heartbeat_interval / 1000
+        idle_since = self.clock.monotonic()
+        try:
+            while session.in_sync:
+                link.wake.clear()  # before looking: a wake-up from now on is not lost
+                chunk = session.next_chunk(store.max_physical_offset())
+                if chunk is None:
+                    try:
+                        await asyncio.wait_for(link.wake.wait(), _SHIP_POLL_SECONDS)
+                    except TimeoutError:
+                        pass
+                    if self.clock.monotonic() - idle_since >= heartbeat:
+                        writer.write(encode_data_header(session.shipped_to, 0))
+                        idle_since = self.clock.monotonic()
+                    continue
+                start, end = chunk
+                try:
+                    data = store.read_replica_chunk(start, end)
+                except StoreError as exc:
+                    log.error("HA: cannot read the commit log at %d for %s: %s", start, link.peer, exc)
+                    self._drop(link, str(exc))
+                    return
+                if not data:
+                    await asyncio.sleep(_SHIP_POLL_SECONDS)
+                    continue
+                session.shipped(start, start + len(data))
+                writer.write(encode_data_header(start, len(data)))
+                writer.write(data)
+                await writer.drain()
+                idle_since = self.clock.monotonic()
+        except (ConnectionError, OSError) as exc:
+            log.info("HA: shipping to %s stopped: %s", link.peer, exc)

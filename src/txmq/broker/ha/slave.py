@@ -1,0 +1,237 @@
+"""A slave's side: the link to the master's HA port (a :class:`~txmq.ha.session.SlaveSession` per connection,
+reconnecting every few seconds), and the periodic copy of the master's metadata through its admin requests, as
+RocketMQ's slaves do (topics, subscription groups, consumer offsets, delay offsets)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from txmq.broker.config import BrokerConfig
+from txmq.broker.offsets import ConsumerOffsetManager
+from txmq.broker.subscriptions import SubscriptionGroupManager
+from txmq.broker.topics import TopicConfigManager
+from txmq.clock import Clock
+from txmq.errors import RemotingError, StoreError
+from txmq.ha.session import Apply, Fail, SendReport, SlaveSession, SlaveState
+from txmq.ha.wire import (
+    Accept,
+    Data,
+    HaProtocolError,
+    MasterFrameDecoder,
+    Refuse,
+    encode_hello,
+    encode_report,
+)
+from txmq.net import Connection, connect
+from txmq.protocol.codes import RequestCode, ResponseCode
+from txmq.protocol.frame import RemotingCommand
+from txmq.store.message_store import MessageStore
+from txmq.util import atomic_write_json
+
+log = logging.getLogger("txmq.broker.ha")
+
+RECONNECT_SECONDS = 1.0
+
+
+class HaSlave:
+    """Keeps this slave's commit log a byte-for-byte copy of its master's."""
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        clock: Clock,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        subscriptions: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        delay_offsets_path: Path,
+        master_addrs: Callable[[], tuple[str, str]],
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.store = store
+        self.topics = topics
+        self.subscriptions = subscriptions
+        self.offsets = offsets
+        self.delay_offsets_path = delay_offsets_path  # the delay service does not run on a slave: its file is copied
+        # (master broker address, master HA address) as configured or learnt from the name server; "" when unknown
+        self._master_addrs = master_addrs
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.session: SlaveSession | None = None
+        self.last_error = ""
+        self._admin: Connection | None = None
+        self._admin_addr = ""
+        self._sync_soon: asyncio.Event | None = None
+
+    def _on_new_messages(self, topic: str, _queue_id: int, _max_offset: int) -> None:
+        # A replicated record of a topic this slave does not know yet: copy the master's metadata now, not at the
+        # next period, so that consumers can read it from here if the master goes away.
+        if topic not in self.topics.topics and self._sync_soon is not None:
+            self._sync_soon.set()
+
+    def start(self) -> None:
+        self._sync_soon = asyncio.Event()
+        self.store.on_new_messages(self._on_new_messages)
+        self._tasks = [
+            asyncio.create_task(self._replicate_loop(), name="ha-slave"),
+            asyncio.create_task(self._metadata_loop(), name="ha-slave-sync"),
+        ]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._admin is not None:
+            self._admin.close("slave shutting down")
+
+    def status(self) -> dict[str, Any]:
+        s = self.session
+        return {
+            "masterHaAddr": self._master_addrs()[1],
+            "state": s.state.value if s is not None else "disconnected",
+            "durableOffset": self.store.flushed_physical_offset(),
+            "masterMaxOffset": s.master_max if s is not None else -1,
+            "lastError": self.last_error,
+        }
+
+    # -- the commit log
+
+    async def _replicate_loop(self) -> None:
+        while True:
+            ha_addr = self._master_addrs()[1]
+            if ha_addr:
+                try:
+                    await self._replicate(ha_addr)
+                except (ConnectionError, OSError, TimeoutError) as exc:
+                    self._note(f"HA: link to master {ha_addr} lost: {exc}", logging.INFO)
+            await self.clock.sleep(RECONNECT_SECONDS)
+
+    def _note(self, message: str, level: int = logging.WARNING) -> None:
+        if message != self.last_error:
+            log.log(level, "%s", message)
+        self.last_error = message
+
+    async def _replicate(self, ha_addr: str) -> None:
+        host, _, port = ha_addr.rpartition(":")
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5.0)
+        store = self.store
+        session = self.session = SlaveSession(store.flushed_physical_offset())
+        decoder = MasterFrameDecoder()
+        heartbeat = self.config.ha_send_heartbeat_interval / 1000
+        silence = self.config.ha_housekeeping_interval / 1000
+        try:
+            writer.write(encode_hello(self.config.broker_name, store.config.mapped_file_size_commit_log))
+            last_report = self.clock.monotonic()
+            while session.state is not SlaveState.CLOSED:
+                try:
+                    data = await asyncio.wait_for(reader.read(1 << 20), heartbeat)
+                except TimeoutError:
+                    data = None
+                if data is not None:
+                    if not data:
+                        self._note(f"HA: master {ha_addr} closed the link", logging.INFO)
+                        return
+                    try:
+                        frames = decoder.feed(data)
+                    except HaProtocolError as exc:
+                        self._note(f"HA: master {ha_addr} sent garbage: {exc}")
+                        return
+                else:
+                    frames = []
+                    if self.clock.monotonic() - last_report > silence:
+                        self._note(f"HA: master {ha_addr} silent for {silence:.0f} s; reconnecting")
+                        return
+                for frame in frames:
+                    if isinstance(frame, Accept):
+                        effects = session.accept(frame)
+                    elif isinstance(frame, Refuse):
+                        effects = session.refuse(frame)
+                    elif isinstance(frame, Data):
+                        effects = session.data(frame)
+                        last_report = self.clock.monotonic()
+                    else:  # pragma: no cover
+                        continue
+                    while effects:
+                        effect = effects.pop(0)
+                        if isinstance(effect, Apply):
+                            try:
+                                end = await store.append_replicated_future(effect.offset, effect.data)
+                            except StoreError as exc:
+                                self._note(f"HA: the master's bytes at {effect.offset} cannot be applied: {exc}")
+                                return
+                            effects += session.applied(end)
+                        elif isinstance(effect, SendReport):
+                            writer.write(encode_report(effect.offset))
+                            if session.master_max >= 0 and self.last_error:
+                                log.info("HA: replicating from master %s at offset %d", ha_addr, effect.offset)
+                                self.last_error = ""
+                        elif isinstance(effect, Fail):
+                            self._note(f"HA: {effect.reason}", logging.ERROR)
+                            return
+                if session.state is SlaveState.REPLICATING and data is None:
+                    writer.write(encode_report(session.durable))  # heartbeat: still here, still at this offset
+                await writer.drain()
+        finally:
+            if session.state is not SlaveState.CLOSED:
+                session.close("link closed")
+            writer.close()
+
+    # -- metadata
+
+    async def _metadata_loop(self) -> None:
+        while True:
+            if self._master_addrs()[0]:
+                try:
+                    await self.sync_metadata()
+                except (RemotingError, OSError, ValueError) as exc:
+                    self._note(f"HA: copying metadata from the master failed: {exc}", logging.INFO)
+                except Exception:
+                    log.exception("HA: copying metadata from the master failed")
+            if self._sync_soon is not None:
+                soon = self._sync_soon
+                soon.clear()
+                timer = self.clock.call_later(self.config.slave_sync_interval / 1000, soon.set)
+                try:
+                    await soon.wait()
+                finally:
+                    timer.cancel()
+            else:
+                await self.clock.sleep(self.config.slave_sync_interval / 1000)
+
+    async def _ask(self, code: int) -> Any:
+        addr = self._master_addrs()[0]
+        conn = self._admin
+        if conn is None or conn.closed or self._admin_addr != addr:
+            if conn is not None:
+                conn.close("master changed")
+            host, _, port = addr.rpartition(":")
+            conn = self._admin = await connect(host, int(port), clock=self.clock)
+            self._admin_addr = addr
+        resp = await conn.request(RemotingCommand.request(code, {}), timeout=5.0)
+        if resp.code != ResponseCode.SUCCESS:
+            raise RemotingError(f"master answered {resp.code} to request {code}: {resp.remark}")
+        return orjson.loads(resp.body) if resp.body else {}
+
+    async def sync_metadata(self) -> None:
+        """Copy the master's topics, subscription groups and consumer offsets (RocketMQ's slaveSynchronize)."""
+        topics = await self._ask(RequestCode.GET_ALL_TOPIC_CONFIG)
+        if self.topics.follow(topics):
+            log.info("HA: copied the master's topics (%d)", len(self.topics.topics))
+        groups = await self._ask(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        self.subscriptions.follow(groups.get("subscriptionGroupTable") or {})
+        offsets = await self._ask(RequestCode.GET_ALL_CONSUMER_OFFSET)
+        self.offsets.follow(offsets.get("offsetTable") or {})
+        delay = await self._ask(RequestCode.GET_ALL_DELAY_OFFSET)
+        if isinstance(delay, dict) and isinstance(delay.get("offsetTable"), dict):
+            await asyncio.to_thread(atomic_write_json, self.delay_offsets_path, delay)
