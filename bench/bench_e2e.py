@@ -16,6 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,10 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def send_phase(namesrv: str, topic: str, inflight: int, seconds: float) -> dict[str, float]:
+async def send_phase(
+    namesrv: str, topic: str, inflight: int, seconds: float, marks: Callable[[str], None] | None = None
+) -> dict[str, float]:
+    """``marks("start")``/``marks("end")`` around the measured window (bench_grpc.py samples CPU there)."""
     producer = Producer(f"bench_pg_{inflight}", namesrv)
     await producer.start()
     mq = MessageQueue(topic, "broker-a", 0)
@@ -47,6 +51,8 @@ async def send_phase(namesrv: str, topic: str, inflight: int, seconds: float) ->
     for _ in range(20):
         await producer.send(Message(topic, BODY), queue=mq)
     latencies: list[float] = []
+    if marks is not None:
+        marks("start")
     deadline = time.perf_counter() + seconds
 
     async def worker() -> None:
@@ -58,6 +64,8 @@ async def send_phase(namesrv: str, topic: str, inflight: int, seconds: float) ->
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(inflight)))
     elapsed = time.perf_counter() - started
+    if marks is not None:
+        marks("end")
     await producer.shutdown()
     return {
         "msgs": len(latencies),

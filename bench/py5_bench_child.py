@@ -1,6 +1,6 @@
 """The 5.x side of bench_grpc.py, run in the official client's venv (.venv-py5): sends with the official
 ``rocketmq-python-client`` Producer for a while at N in flight, or receives and acks with its SimpleConsumer, and
-prints one JSON line of figures. Never imports txmq."""
+prints one JSON line of figures (after two "window" lines around the measured send window). Never imports txmq."""
 
 from __future__ import annotations
 
@@ -8,6 +8,11 @@ import argparse
 import json
 import threading
 import time
+
+
+def window(phase: str) -> None:
+    """Marks the measured window on stdout: bench_grpc.py samples the broker's CPU at these lines."""
+    print(json.dumps({"event": "window", "phase": phase}), flush=True)
 
 
 def send(args: argparse.Namespace) -> dict[str, float]:
@@ -28,6 +33,8 @@ def send(args: argparse.Namespace) -> dict[str, float]:
     latencies: list[float] = []
     lock = threading.Lock()
     slots = threading.Semaphore(args.inflight)
+    cpu0 = time.process_time()
+    window("start")
     deadline = time.perf_counter() + args.seconds
     started = time.perf_counter()
     while time.perf_counter() < deadline:
@@ -45,9 +52,12 @@ def send(args: argparse.Namespace) -> dict[str, float]:
     for _ in range(args.inflight):
         slots.acquire()
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu0
+    window("end")
     producer.shutdown()
     ordered = sorted(latencies)
     return {
+        "client_cpu_s": cpu,
         "msgs": len(ordered),
         "rate": len(ordered) / elapsed,
         "p50_ms": ordered[len(ordered) // 2] * 1000 if ordered else float("nan"),

@@ -96,19 +96,35 @@ final class Bench {
         long before = stored(p, topic);
         LongAdder done = new LongAdder();
         LongAdder failed = new LongAdder();
+        long[][] latencies = new long[threads][];
+        int[] counts = new int[threads];
+        long cpu0 = cpuNanos();
+        // bench/bench_grpc.py samples the broker's CPU at these two lines.
+        Out.event("window", "phase", "start");
         long start = System.nanoTime();
         long end = start + seconds * 1_000_000_000L;
         List<Thread> workers = new ArrayList<>();
         for (int t = 0; t < threads; t++) {
+            final int me = t;
             Thread w = new Thread(() -> {
+                long[] mine = new long[1024];
+                int n = 0;
                 while (System.nanoTime() < end) {
+                    long t0 = System.nanoTime();
                     try {
                         send(p, new Message(topic, body), transactional);
                         done.increment();
                     } catch (Exception e) {
                         failed.increment();
+                        continue;
                     }
+                    if (n == mine.length) {
+                        mine = Arrays.copyOf(mine, n * 2);
+                    }
+                    mine[n++] = System.nanoTime() - t0;
                 }
+                latencies[me] = mine;
+                counts[me] = n;
             });
             w.start();
             workers.add(w);
@@ -117,6 +133,17 @@ final class Bench {
             w.join();
         }
         long sentAt = System.nanoTime();
+        long cpu = cpuNanos() - cpu0;
+        Out.event("window", "phase", "end");
+        long[] all = new long[(int) done.sum()];
+        int at = 0;
+        for (int t = 0; t < threads; t++) {
+            System.arraycopy(latencies[t], 0, all, at, counts[t]);
+            at += counts[t];
+        }
+        Arrays.sort(all);
+        double p50 = all.length == 0 ? -1 : all[all.length / 2] / 1e6;
+        double p99 = all.length == 0 ? -1 : all[Math.min(all.length - 1, (int) (all.length * 0.99))] / 1e6;
         long expected = before + done.sum();
         if (transactional) {
             while (stored(p, topic) < expected && System.nanoTime() - sentAt < 30_000_000_000L) {
@@ -127,8 +154,14 @@ final class Bench {
         double elapsed = (finished - start) / 1e9;
         Out.event("result", "mode", transactional ? "tx" : "publish", "inflight", threads, "count", done.sum(),
             "failed", failed.sum(), "seconds", elapsed, "rate", done.sum() / elapsed,
-            "storedAfterSeconds", (finished - sentAt) / 1e9, "stored", stored(p, topic) - before);
+            "storedAfterSeconds", (finished - sentAt) / 1e9, "stored", stored(p, topic) - before,
+            "windowSeconds", (sentAt - start) / 1e9, "p50_ms", p50, "p99_ms", p99, "client_cpu_s", cpu / 1e9);
         p.shutdown();
+    }
+
+    static long cpuNanos() {
+        return ((com.sun.management.OperatingSystemMXBean) java.lang.management.ManagementFactory
+            .getOperatingSystemMXBean()).getProcessCpuTime();
     }
 
     private static void send(DefaultMQProducer p, Message m, boolean transactional) throws Exception {

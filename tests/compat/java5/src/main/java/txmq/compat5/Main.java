@@ -37,6 +37,7 @@ import org.apache.rocketmq.client.apis.producer.TransactionResolution;
  *   receive ENDPOINTS TOPIC GROUP EXPECT SECONDS [noack]
  *   push    ENDPOINTS TOPIC GROUP EXPECT SECONDS [fail]
  *   transaction ENDPOINTS TOPIC COUNT commit|rollback|die [HOLD_SECONDS]
+ *   bench   ENDPOINTS TOPIC INFLIGHT SECONDS [SIZE]      (bench/bench_grpc.py's load generator, see Bench)
  * </pre>
  * A transactional producer's checker answers COMMIT and prints each check; with HOLD_SECONDS it stays up until the
  * first check (plus a moment for its answer) or that long; "die" halts the JVM right after the first half message.
@@ -275,6 +276,9 @@ public final class Main {
                 break;
             case "transaction":
                 code = transaction(args);
+                break;
+            case "bench":
+                code = Bench.run(args);
                 break;
             default:
                 System.err.println("unknown scenario " + args[0]);
