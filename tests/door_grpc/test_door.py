@@ -419,3 +419,22 @@ async def test_a_fifo_group_gets_a_queue_in_order_and_an_expired_message_back_in
     await call.write(s.TelemetryCommand(settings=settings))
     assert (await call.read()).settings.subscription.fifo is True
     call.cancel()
+
+
+async def test_calls_pipelined_on_one_connection_are_taken_in_bunches(door: Any) -> None:
+    """The extra acceptors (server.py) are in use with this grpcio, and calls they take are served as grpc.aio's own
+    loop serves them: 300 sends at once on one channel each get their own entry, with distinct offsets, and an
+    unknown method is still UNIMPLEMENTED."""
+    harness, stub, port = door
+    assert harness.broker.app.grpc_door.accepting_in_bunches
+    responses = await asyncio.gather(
+        *(send(stub, message("BunchT", b"b", f"01B{i:04d}", queue_id=0)) for i in range(300))
+    )
+    assert all(r.status.code == d.OK for r in responses)
+    assert sorted(r.entries[0].offset for r in responses) == list(range(300))
+    assert sorted(r.entries[0].message_id for r in responses) == [f"01B{i:04d}" for i in range(300)]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        unknown = channel.unary_unary("/apache.rocketmq.v2.MessagingService/NoSuchMethod")
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            await unknown(b"", timeout=5)
+        assert failed.value.code() == grpc.StatusCode.UNIMPLEMENTED

@@ -7,6 +7,7 @@ that a 4.x consumer reads it as it would one from the proxy, and the other way r
 
 from __future__ import annotations
 
+import functools
 import zlib
 
 from google.protobuf.duration_pb2 import Duration
@@ -44,6 +45,7 @@ def _timestamp(ms: int) -> Timestamp:
     return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+@functools.lru_cache(maxsize=1024)  # a client sends the same born host with every message
 def parse_host(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host:
