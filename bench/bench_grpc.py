@@ -15,7 +15,8 @@ txmq's client, java5 against java4). ``--profile DIR`` records the broker with p
 during each window of the first round (``PY_SPY_FLAGS="--native --gil"`` adds py-spy flags). Not a test.
 
     PYTHONPATH=src .venv/bin/python bench/bench_grpc.py [--seconds 5] [--inflight 1,128] [--rounds 3]
-        [--clients txmq,py5,raw,java4,java5] [--receive] [--profile DIR]
+        [--clients txmq,py5,raw,java4,java5] [--receive] [--profile DIR] [--out FILE]
+    PYTHONPATH=src .venv/bin/python bench/bench_grpc.py --summarize FILE... (medians of windows written by --out)
 """
 
 from __future__ import annotations
@@ -249,7 +250,10 @@ def window(cluster: DevCluster, client: str, topic: str, n: int, seconds: float)
 
 
 def table(windows: list[dict[str, Any]], clients: list[str], inflights: list[int]) -> str:
+    """Medians per client and in-flight count; the ratio column is the median of the per-run ratios (a 5.x window
+    against the 4.x window of the same language, in flight and run), so both sides of a ratio saw the same load."""
     med: dict[tuple[str, int], dict[str, float]] = {}
+    rates = {(w.get("run", ""), w["client"], w["inflight"]): w["rate"] for w in windows}
     for c in clients:
         for n in inflights:
             ws = [w for w in windows if w["client"] == c and w["inflight"] == n]
@@ -257,21 +261,24 @@ def table(windows: list[dict[str, Any]], clients: list[str], inflights: list[int
                 keys = ("rate", "p50_ms", "p99_ms", "broker_us", "client_us")
                 med[c, n] = {k: statistics.median(w[k] for w in ws) for k in keys}
                 med[c, n]["runs"] = len(ws)
+                base = BASELINE.get(c)
+                paired = [w["rate"] / rates[key] for w in ws if (key := (w.get("run", ""), base, n)) in rates]
+                if paired:
+                    med[c, n]["ratio"] = statistics.median(paired)
     lines = [
         "| client | in flight | msg/s | p50 ms | p99 ms | broker CPU us/msg | client CPU us/msg "
-        "| / 4.x, same language |",
-        "|---|---|---|---|---|---|---|---|",
+        "| / 4.x, same language | windows |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for n in inflights:
         for c in clients:
             if (c, n) not in med:
                 continue
             m = med[c, n]
-            base = BASELINE.get(c)
-            ratio = f"**{m['rate'] / med[base, n]['rate']:.2f}**" if base and (base, n) in med else ""
+            ratio = f"**{m['ratio']:.2f}**" if "ratio" in m else ""
             lines.append(
                 f"| {LABELS[c]} | {n} | {m['rate']:,.0f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | "
-                f"{m['broker_us']:.0f} | {m['client_us']:.0f} | {ratio} |"
+                f"{m['broker_us']:.0f} | {m['client_us']:.0f} | {ratio} | {m['runs']:.0f} |"
             )
     return "\n".join(lines)
 
@@ -284,13 +291,22 @@ def main() -> None:
     parser.add_argument("--clients", default="txmq,py5,raw,java4,java5")
     parser.add_argument("--receive", action="store_true", help="then the py5 SimpleConsumer's receive + ack rate")
     parser.add_argument("--profile", type=Path, help="py-spy raw samples of the broker, one file per window")
+    parser.add_argument("--out", type=Path, help="append the windows to this JSON-lines file")
+    parser.add_argument("--summarize", type=Path, nargs="+", help="only print the medians of these windows files")
     args = parser.parse_args()
-    install_event_loop()
     inflights = [int(x) for x in args.inflight.split(",")]
     clients = [c for c in args.clients.split(",") if c]
-    windows: list[dict[str, Any]] = []
-    out = ROOT / "bench" / "out" / f"grpc-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-    out.parent.mkdir(exist_ok=True)
+    if args.summarize:
+        windows = [json.loads(line) for f in args.summarize for line in f.read_text().splitlines() if line.strip()]
+        print(table(windows, clients, inflights))
+        loads = [w["load"] for w in windows]
+        print(f"\nload average (1 min) {min(loads):.1f}-{max(loads):.1f} during the windows")
+        return
+    install_event_loop()
+    windows = []
+    run = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or ROOT / "bench" / "out" / f"grpc-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="txmq-bench-grpc-") as tmp:
@@ -310,6 +326,7 @@ def main() -> None:
                         finally:
                             spy.stop()
                         w["round"] = r
+                        w["run"] = f"{run}/{r}"
                         windows.append(w)
                         with out.open("a") as f:
                             f.write(json.dumps(w) + "\n")
@@ -329,7 +346,7 @@ def main() -> None:
         finally:
             cluster.stop()
     print(table(windows, clients, inflights))
-    print(f"\n{args.rounds} rounds of {args.seconds:g} s windows; windows in {out.relative_to(ROOT)}")
+    print(f"\n{args.rounds} rounds of {args.seconds:g} s windows; windows in {out}")
     if received is not None:
         print(
             f"SimpleConsumer receive + ack (official Python client, batches of 32): {received['rate']:,.0f} msg/s "

@@ -7,9 +7,10 @@ many calls a client pipelines on its connection, they are taken one per round tr
 on a busy machine (each hand-over waits for a time slice) that round trip, not the broker's work, set the gRPC door's
 pace: at 128 in flight only about 18 calls were ever in the door at a time. :class:`_Acceptors` keeps more requests
 outstanding for the busy methods and hands each accepted call to ``grpc.aio``'s own per-call handling
-(``_handle_rpc`` under ``_schedule_rpc_coro``, as its loop does), so calls are served exactly as before, only taken
-in bunches. That reaches into ``grpc._cython.cygrpc``'s private functions; when their signatures are not the ones
-this was written against, the door logs it and serves with ``grpc.aio``'s loop alone (slower, same behaviour).
+(``_handle_unary_unary_rpc``/``_handle_unary_stream_rpc`` under ``_schedule_rpc_coro``, as its loop does once it
+has looked the handler up), so calls are served exactly as before, only taken in bunches. That reaches into
+``grpc._cython.cygrpc``'s private functions; when their signatures are not the ones this was written against, the
+door logs it and serves with ``grpc.aio``'s loop alone (slower, same behaviour).
 """
 
 from __future__ import annotations
@@ -101,11 +102,10 @@ class _Acceptors:
     """Extra requests for new calls outstanding in the gRPC core, each accepted call handed to grpc.aio's own
     per-call coroutine (see the module's docstring)."""
 
-    def __init__(self, core: Any, cygrpc: Any, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+    def __init__(self, core: Any, cygrpc: Any) -> None:
         self.core = core
         self.cygrpc = cygrpc
         self.loop = asyncio.get_running_loop()
-        self.resolver = cygrpc._MethodResolver([], {f"/{SERVICE}/{name}": h for name, h in handlers.items()})
         self.tasks: set[asyncio.Task[Any]] = set()  # acceptors and the calls they took (the loop holds weak refs)
         self.acceptors: list[asyncio.Task[Any]] = []
 
@@ -118,31 +118,39 @@ class _Acceptors:
 
             core = server._server  # type: ignore[attr-defined]
             expected = {
-                cygrpc._handle_rpc: "method_name method_resolver interceptors rpc_state loop concurrency_exceeded",
+                cygrpc._handle_unary_unary_rpc: "method_handler rpc_state loop",
+                cygrpc._handle_unary_stream_rpc: "method_handler rpc_state loop",
                 cygrpc._schedule_rpc_coro: "rpc_coro rpc_state loop method_name",
                 type(core)._request_registered_call: "self method",
             }
             for function, parameters in expected.items():
                 if " ".join(inspect.signature(function).parameters) != parameters:
                     raise TypeError(f"{function.__name__}{inspect.signature(function)}")
-            acceptors = cls(core, cygrpc, handlers)
+            acceptors = cls(core, cygrpc)
         except Exception as exc:  # another grpcio: serve with grpc.aio's own loop
             log.info("gRPC door: grpc.aio's loop alone accepts calls (%s: %s)", type(exc).__name__, exc)
             return None
         for method, count in extra.items():
-            name = f"/{SERVICE}/{method}"
+            handler = handlers[method]
+            if handler.request_streaming:
+                continue  # (none of the busy methods streams requests; Telemetry keeps grpc.aio's loop alone)
+            serve = cygrpc._handle_unary_stream_rpc if handler.response_streaming else cygrpc._handle_unary_unary_rpc
             for _ in range(count):
-                acceptors.acceptors.append(acceptors.loop.create_task(acceptors._accept(name), name="txmq-grpc-accept"))
+                accept = acceptors._accept(f"/{SERVICE}/{method}", handler, serve)
+                acceptors.acceptors.append(acceptors.loop.create_task(accept, name="txmq-grpc-accept"))
         return acceptors
 
-    async def _accept(self, method: str) -> None:
+    async def _accept(self, method: str, handler: grpc.RpcMethodHandler, serve: Callable[..., Any]) -> None:
+        """Take calls of one method. Each goes straight to grpc.aio's per-call coroutine of its kind (what
+        ``_handle_rpc`` does after looking up the handler, which is known here, and building the invocation metadata
+        for interceptors, which the door has none of), under ``_schedule_rpc_coro`` (cancellation, the call's end)."""
         method_bytes = method.encode()
         while self.core.is_running():
             try:
                 rpc_state = await self.core._request_registered_call(method_bytes)
             except Exception:  # the server is shutting down (the core fails outstanding requests)
                 return
-            call = self.cygrpc._handle_rpc(method, self.resolver, (), rpc_state, self.loop, False)
+            call = serve(handler, rpc_state, self.loop)
             task = self.loop.create_task(self.cygrpc._schedule_rpc_coro(call, rpc_state, self.loop, method))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
