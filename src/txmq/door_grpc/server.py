@@ -106,7 +106,7 @@ class _Acceptors:
         self.core = core
         self.cygrpc = cygrpc
         self.loop = asyncio.get_running_loop()
-        self.tasks: set[asyncio.Task[Any]] = set()  # acceptors and the calls they took (the loop holds weak refs)
+        self.tasks: set[asyncio.Task[Any]] = set()  # the calls they took (the loop holds only weak references)
         self.acceptors: list[asyncio.Task[Any]] = []
 
     @classmethod
