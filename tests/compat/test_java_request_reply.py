@@ -69,6 +69,56 @@ def test_txmq_client_request_gets_a_java_reply(txmq_cluster: Any) -> None:
     assert [r.body for r in replies] == [b"re:py-0", b"re:py-1"]
 
 
+def test_a_reply_reaches_a_requester_that_never_sent_a_heartbeat(txmq_cluster: Any) -> None:
+    """The broker remembers the connection a request came on (its REPLY_TO_CLIENT), so the reply is pushed there even
+    before the requester's first heartbeat (a loaded client may send its request first)."""
+    import asyncio
+
+    from txmq.net import connect
+    from txmq.protocol.codes import RequestCode, ResponseCode
+    from txmq.protocol.frame import RemotingCommand
+
+    topic = _name("RawReq")
+    with Admin(txmq_cluster.namesrv_addr) as admin:
+        admin.create_topic(topic, cluster="DefaultCluster")
+
+    def ext(to: str, props: str) -> dict[str, str]:
+        return {
+            "producerGroup": "RawPG", "topic": to, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+            "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": props,
+            "reconsumeTimes": "0", "unitMode": "false", "batch": "false",
+        }  # fmt: skip
+
+    async def main() -> tuple[int, list[RemotingCommand]]:
+        pushed: list[RemotingCommand] = []
+
+        def on_push(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+            pushed.append(cmd)
+            return cmd.response(ResponseCode.SUCCESS)
+
+        requester = await connect("127.0.0.1", txmq_cluster.broker_port, on_push)
+        replier = await connect("127.0.0.1", txmq_cluster.broker_port)
+        try:
+            ask = "CORRELATION_ID\x01c-raw\x02REPLY_TO_CLIENT\x01raw@requester\x02TTL\x013000\x02"
+            sent = await requester.request(RemotingCommand.request(RequestCode.SEND_MESSAGE, ext(topic, ask), b"q"), 10)
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            answer = "CORRELATION_ID\x01c-raw\x02REPLY_TO_CLIENT\x01raw@requester\x02MSG_TYPE\x01reply\x02"
+            reply = RemotingCommand.request(
+                RequestCode.SEND_REPLY_MESSAGE, ext("DefaultCluster_REPLY_TOPIC", answer), b"a"
+            )
+            resp = await replier.request(reply, 10)
+            return resp.code, pushed
+        finally:
+            requester.close()
+            replier.close()
+
+    code, pushed = asyncio.run(main())
+    assert code == ResponseCode.SUCCESS
+    [push] = pushed
+    assert push.code == RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT and push.body == b"a"
+    assert "c-raw" in push.ext_fields["properties"]
+
+
 def test_a_reply_whose_requester_is_gone_is_refused(txmq_cluster: Any) -> None:
     """A reply to a client that is not connected gets SYSTEM_ERROR naming it; the broker goes on serving."""
     import asyncio

@@ -173,6 +173,7 @@ class BrokerApp:
             transactions=self.transactions,
             schedule=self.schedule,
             topic_changed=topic_changed,
+            requester_seen=self.clients.note_requester,
         )
         self.reply_processor = ReplyProcessor(
             config=config,

@@ -116,6 +116,9 @@ class HeartbeatResult:
     producer_groups: list[str]
 
 
+MAX_REQUESTERS = 10_000
+
+
 class ClientRegistry:
     """Producer and consumer channels with their last heartbeat; times are the caller's monotonic seconds."""
 
@@ -124,6 +127,9 @@ class ClientRegistry:
         self.consumers: dict[str, ConsumerGroupInfo] = {}
         self.producers: dict[str, dict[Any, ClientChannel]] = {}
         self._rr = itertools.count()
+        # Request-reply: the connection each requesting client last sent a request on (REPLY_TO_CLIENT), so that a
+        # reply finds it before the client's first heartbeat; bounded, oldest dropped first.
+        self.requesters: dict[str, Any] = {}
 
     def heartbeat(
         self, connection: Any, data: dict[str, Any], *, now: float, language: str = "JAVA", version: int = 0
@@ -247,13 +253,28 @@ class ClientRegistry:
     def producer_channels(self, group: str) -> list[ClientChannel]:
         return list(self.producers.get(group, {}).values())
 
+    def note_requester(self, client_id: str, connection: Any) -> None:
+        """``client_id`` sent a request (a message carrying REPLY_TO_CLIENT) on ``connection``."""
+        requesters = self.requesters
+        if requesters.get(client_id) is connection:
+            return
+        requesters.pop(client_id, None)
+        if len(requesters) >= MAX_REQUESTERS:
+            del requesters[next(iter(requesters))]
+        requesters[client_id] = connection
+
     def find_producer(self, client_id: str) -> ClientChannel | None:
-        """The producer channel of the client ``client_id`` in any group (request-reply's requester)."""
+        """The producer channel of the client ``client_id`` in any group (request-reply's requester), or the
+        connection it last sent a request on."""
         for channels in self.producers.values():
             for channel in channels.values():
                 if channel.client_id == client_id:
                     return channel
-        return None
+        connection = self.requesters.get(client_id)
+        if connection is None or getattr(connection, "closed", False):
+            self.requesters.pop(client_id, None)
+            return None
+        return ClientChannel(client_id, connection)
 
     def pick_producer(self, group: str, is_usable: Any = None) -> ClientChannel | None:
         """Round-robin over the live producer channels of ``group`` (for transaction checks)."""

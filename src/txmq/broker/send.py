@@ -61,6 +61,7 @@ class SendProcessor:
         transactions: TransactionService,
         schedule: ScheduleService,
         topic_changed: Callable[[], None],
+        requester_seen: Callable[[str, Any], None] | None = None,
     ) -> None:
         self.config = config
         self.store_host = store_host
@@ -70,6 +71,7 @@ class SendProcessor:
         self.transactions = transactions
         self.schedule = schedule
         self.topic_changed = topic_changed
+        self.requester_seen = requester_seen
         self._random = random.Random()
 
     def handle(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
@@ -181,6 +183,9 @@ class SendProcessor:
         props = decode_properties(header.properties or "")
         props.pop(Prop.WAIT, None)
         props[Prop.CLUSTER] = config.broker_cluster_name
+        requester = props.get(Prop.REPLY_TO_CLIENT)
+        if requester is not None and self.requester_seen is not None:
+            self.requester_seen(requester, conn)  # request-reply: where the reply will be pushed
         if topic != header.topic:  # redirected to the DLQ: no delay there (wire §2.3 step 5)
             props.pop(Prop.DELAY, None)
             props[PROP_DLQ_REASON] = f"reconsumed {header.reconsumeTimes} times (sent directly to {header.topic})"
