@@ -10,6 +10,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from txmq.errors import DiskFullError
 from txmq.store.checkpoint import Checkpoint, CheckpointState
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
@@ -50,6 +51,7 @@ class KeyIndexer:
         self._thread: threading.Thread | None = None
         self.queued = 0  # records ever handed over (by the writer)
         self.last_timestamp = 0  # store time of the last record handed to the key index
+        self.blocked: str | None = None  # why indexing waits (a full disk), None when it does not
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="txmq-store-indexer", daemon=True)
@@ -91,22 +93,48 @@ class KeyIndexer:
             if self._stop:
                 return
 
-    def drain(self) -> None:
+    def defer(self, dispatches: list[DispatchRequest]) -> None:
+        """Queue records recovery could not index (the disk was full) ahead of anything new."""
+        with self._backlog_lock:
+            self._backlog[:0] = dispatches
+
+    def pending(self) -> int:
+        """Records handed over and not indexed yet."""
+        with self._backlog_lock:
+            return len(self._backlog)
+
+    def drain(self) -> bool:
         """Index every dispatched record still waiting (indexer thread, writer when it falls behind, key queries,
         checkpoints). The GIL is given up after every _INDEX_CHUNK records, so other threads (the event loop, a
-        thread back from its fdatasync) wait for at most one chunk of indexing."""
+        thread back from its fdatasync) wait for at most one chunk of indexing.
+
+        False when the disk is full: what could not be indexed goes back to the front of the queue, and a later
+        drain (the indexer's next tick) tries again; appends and reads go on meanwhile."""
         with self._drain_lock:
             with self._backlog_lock:
                 batch, self._backlog = self._backlog, []
             if not batch:
-                return
-            if len(batch) <= _INDEX_CHUNK:
-                self.key_index.put(batch)
-            else:
-                for i in range(0, len(batch), _INDEX_CHUNK):
+                self.blocked = None
+                return True
+            i = 0
+            try:
+                while i < len(batch):
                     self.key_index.put(batch[i : i + _INDEX_CHUNK])
-                    time.sleep(0)
+                    i += _INDEX_CHUNK
+                    if i < len(batch):
+                        time.sleep(0)
+            except DiskFullError as exc:
+                with self._backlog_lock:
+                    self._backlog[:0] = batch[i:]
+                if self.blocked is None:
+                    log.error("%s; indexing waits for free space (queries by key miss new records)", exc)
+                self.blocked = str(exc)
+                return False
+            if self.blocked is not None:
+                log.warning("key index: space is back; indexing caught up")
+                self.blocked = None
             self.last_timestamp = batch[-1].store_timestamp
+            return True
 
 
 class _Periodic:
