@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -72,14 +73,19 @@ def _fill(ballast: Path, leave: int) -> None:
     """Write a ballast file that leaves about ``leave`` bytes free."""
     free = shutil.disk_usage(ballast.parent).free
     size = max(0, free - leave)
-    with open(ballast, "ab") as f:
-        chunk = b"\0" * (1 << 20)
+    chunk = b"\0" * (1 << 20)
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
         while size > 0:
             n = min(size, len(chunk))
-            f.write(chunk[:n])
-            size -= n
-        f.flush()
-        os.fsync(f.fileno())
+            try:
+                size -= os.write(fd, chunk[:n])
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:  # the broker took the last bytes meanwhile: full is what we want
+                    raise
+                break
+    finally:
+        os.close(fd)
 
 
 async def _read_all(ns: str) -> dict[bytes, int]:
