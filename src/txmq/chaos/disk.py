@@ -36,7 +36,8 @@ from txmq.testing import DevCluster
 log = logging.getLogger("txmq.chaos")
 
 TOPIC = "ChaosDiskTopic"
-FS_SIZE_MB = 96
+# Every cycle keeps what it stored (nothing expires), so the file system grows with the number of cycles.
+FS_BASE_MB, FS_PER_CYCLE_MB = 40, 6
 SEGMENT = 2 * 1024 * 1024
 BODY = 4000
 
@@ -130,7 +131,7 @@ async def run_disk_campaign(settings: DiskSettings, work_dir: Path, progress: An
     acked: set[bytes] = set()
     errors_seen: dict[str, int] = {}
     try:
-        _mount(mnt, FS_SIZE_MB)
+        _mount(mnt, FS_BASE_MB + FS_PER_CYCLE_MB * settings.cycles)
         mounted = True
         conf = {
             "mappedFileSizeCommitLog": str(SEGMENT),
@@ -152,7 +153,7 @@ async def run_disk_campaign(settings: DiskSettings, work_dir: Path, progress: An
         producer = Producer("ChaosDiskProducers", ns, instance_name="disk-p", retry_times_when_send_failed=0)
         async with producer:
             for cycle in range(1, settings.cycles + 1):
-                _fill(ballast, leave=6 * SEGMENT)
+                _fill(ballast, leave=2 * SEGMENT)
                 # 1. send until the broker says the disk is full
                 full = unclear = False
                 deadline = time.monotonic() + 120
