@@ -9,16 +9,15 @@ acknowledged one) no longer served. Not part of ``--quick``: today the store fai
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import re
 import time
 from pathlib import Path
 from typing import Any
 
+from txmq.chaos.common import create_topics, read_topic
 from txmq.chaos.report import PartResult
-from txmq.client import Admin, Message, Producer, PullConsumer, PullStatus
+from txmq.client import Message, Producer
 from txmq.testing import DevCluster
 
 log = logging.getLogger("txmq.chaos")
@@ -36,14 +35,7 @@ def _body(n: int) -> bytes:
 async def _send(ns: str) -> dict[bytes, tuple[int, int]]:
     """Send the messages; returns body -> (commit-log offset of the record, record size) from the offsetMsgId."""
     sent: dict[bytes, tuple[int, int]] = {}
-    async with Admin(ns, instance_name="corrupt-admin") as admin:
-        (name,) = (await admin.cluster_info()).clusters
-        await admin.create_topic(TOPIC, cluster=name, read_queue_nums=1, write_queue_nums=1)
-        for _ in range(100):
-            with contextlib.suppress(Exception):
-                await admin.topic_route(TOPIC)
-                break
-            await asyncio.sleep(0.1)
+    await create_topics(ns, {TOPIC: 1})
     async with Producer("ChaosCorruptProducers", ns, instance_name="corrupt-p") as producer:
         for n in range(MESSAGES):
             body = _body(n)
@@ -53,20 +45,7 @@ async def _send(ns: str) -> dict[bytes, tuple[int, int]]:
 
 
 async def _read(ns: str) -> list[bytes]:
-    out: list[bytes] = []
-    async with PullConsumer("ChaosCorruptReader", ns, instance_name=f"cr{time.monotonic_ns()}") as reader:
-        for mq in await reader.fetch_queues(TOPIC):
-            offset = 0
-            while True:
-                try:
-                    result = await reader.pull(mq, "*", offset, 32)
-                except Exception:
-                    break
-                if result.status is not PullStatus.FOUND:
-                    break
-                out.extend(m.body for m in result.messages)
-                offset = result.next_begin_offset
-    return out
+    return [m.body for m in await read_topic(ns, TOPIC, tolerate_errors=True)]
 
 
 def _damage(commitlog: Path, how: str, phys: int) -> tuple[str, int]:

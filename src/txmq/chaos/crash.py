@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from txmq.chaos.common import create_topics, read_topic
 from txmq.chaos.report import PartResult
 from txmq.client import (
     Admin,
@@ -52,8 +53,6 @@ from txmq.client import (
     Message,
     MessageExt,
     Producer,
-    PullConsumer,
-    PullStatus,
     PushConsumer,
     TransactionProducer,
 )
@@ -390,38 +389,6 @@ class Trial:
                 await asyncio.wait_for(client.shutdown(), 10)
 
 
-async def _read_topic(namesrv: str, topic: str) -> list[MessageExt]:
-    """Every message stored in ``topic``, queue by queue from offset 0, in queue order."""
-    out: list[MessageExt] = []
-    async with PullConsumer("ChaosReader", namesrv, instance_name=f"r{time.monotonic_ns()}") as reader:
-        for mq in sorted(await reader.fetch_queues(topic), key=lambda q: q.queue_id):
-            offset = 0
-            while True:
-                result = await reader.pull(mq, "*", offset, 32)
-                if result.status is not PullStatus.FOUND:
-                    break
-                out.extend(result.messages)
-                offset = result.next_begin_offset
-    return out
-
-
-async def _create_topics(namesrv: str) -> None:
-    async with Admin(namesrv, instance_name="chaos-admin") as admin:
-        (cluster,) = (await admin.cluster_info()).clusters
-        for topic in (PLAIN, ORDERED, TX):
-            await admin.create_topic(topic, cluster=cluster, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
-        for topic in (PLAIN, ORDERED, TX):
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    await admin.topic_route(topic)
-                    break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.1)
-
-
 async def _settle(cluster: DevCluster, listener: ChaosTxListener, timeout: float) -> int:
     """Answer checks until the broker holds nothing in doubt; returns how many were still in doubt at the end."""
     checker = TransactionProducer(TX_GROUP, cluster.namesrv_addr, listener, instance_name="chaos-checker", **FAST)
@@ -564,7 +531,7 @@ async def run_crash_campaign(settings: CrashSettings, work_dir: Path, progress: 
     moments: Counter[str] = Counter()
     try:
         cluster.start(timeout=60)
-        await _create_topics(cluster.namesrv_addr)
+        await create_topics(cluster.namesrv_addr, {PLAIN: QUEUES, ORDERED: QUEUES, TX: QUEUES})
         for n in range(1, settings.trials + 1):
             trial = Trial(n, cluster.namesrv_addr, ledger, listener, consumed, ordered)
             early = rng.random() < 0.15  # some kills land while the clients are still starting
@@ -591,7 +558,7 @@ async def run_crash_campaign(settings: CrashSettings, work_dir: Path, progress: 
         in_doubt = await _settle(cluster, listener, settings.settle_timeout)
         result.info["checks_answered"] = dict(listener.checks)
         result.info["checks_answered_total"] = sum(listener.checks.values())
-        stored = {t: await _read_topic(cluster.namesrv_addr, t) for t in (PLAIN, ORDERED, TX)}
+        stored = {t: await read_topic(cluster.namesrv_addr, t) for t in (PLAIN, ORDERED, TX)}
         committed = listener.committed()
         want = {
             PLAIN: {m.body for m in stored[PLAIN]},

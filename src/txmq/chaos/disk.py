@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from txmq.chaos.common import create_topics, read_topic
 from txmq.chaos.fuzz import unhandled_lines
 from txmq.chaos.report import PartResult
-from txmq.client import Admin, Message, Producer, PullConsumer, PullStatus
+from txmq.client import Message, Producer
 from txmq.testing import DevCluster
 
 log = logging.getLogger("txmq.chaos")
@@ -91,16 +92,8 @@ def _fill(ballast: Path, leave: int) -> None:
 
 async def _read_all(ns: str) -> dict[bytes, int]:
     found: dict[bytes, int] = {}
-    async with PullConsumer("ChaosDiskReader", ns, instance_name=f"dr{time.monotonic_ns()}") as reader:
-        for mq in await reader.fetch_queues(TOPIC):
-            offset = 0
-            while True:
-                result = await reader.pull(mq, "*", offset, 32)
-                if result.status is not PullStatus.FOUND:
-                    break
-                for m in result.messages:
-                    found[m.body[:24]] = found.get(m.body[:24], 0) + 1
-                offset = result.next_begin_offset
+    for m in await read_topic(ns, TOPIC):
+        found[m.body[:24]] = found.get(m.body[:24], 0) + 1
     return found
 
 
@@ -140,14 +133,7 @@ async def run_disk_campaign(settings: DiskSettings, work_dir: Path, progress: An
         }
         cluster = DevCluster(mnt / "broker", conf).start(timeout=60)
         ns = cluster.namesrv_addr
-        async with Admin(ns, instance_name="disk-admin") as admin:
-            (name,) = (await admin.cluster_info()).clusters
-            await admin.create_topic(TOPIC, cluster=name, read_queue_nums=2, write_queue_nums=2)
-            for _ in range(100):
-                with contextlib.suppress(Exception):
-                    await admin.topic_route(TOPIC)
-                    break
-                await asyncio.sleep(0.1)
+        await create_topics(ns, {TOPIC: 2})
         ballast = mnt / "ballast"
         counter = 0
         producer = Producer("ChaosDiskProducers", ns, instance_name="disk-p", retry_times_when_send_failed=0)
