@@ -74,10 +74,10 @@ def test_order_breaks_in_the_store_and_in_first_deliveries_are_reordered() -> No
     assert result.ok and result.info["redelivered_ordered"] == 2
 
 
-def test_a_stored_body_nobody_sent_is_unexpected_and_an_undelivered_one_is_lost() -> None:
+def test_a_stored_body_nobody_sent_is_unexpected_and_an_undelivered_one_is_counted() -> None:
     ledger, store, committed, consumed, ordered = healthy()
     store[PLAIN] = [*store[PLAIN], *stored(PLAIN, "plain-9-9-9")]
     assert run(ledger, store, committed, consumed, ordered).must_be_zero["unexpected"] == 1
     ledger, store, committed, consumed, ordered = healthy()
     undelivered = [c for c in consumed if c[1] != b"plain-1-0-1"]
-    assert run(ledger, store, committed, undelivered, ordered).must_be_zero["lost"] == 1
+    assert run(ledger, store, committed, undelivered, ordered).must_be_zero["not_delivered"] == 1

@@ -404,7 +404,7 @@ async def _settle(cluster: DevCluster, listener: ChaosTxListener, timeout: float
 async def _drain(
     cluster: DevCluster, consumed: Deliveries, ordered: Deliveries, want: dict[str, set[bytes]], timeout: float
 ) -> None:
-    """Run the consumer groups until they were given every stored message (or the timeout)."""
+    """Run the consumer groups until they were given every stored message (or made no progress for ``timeout``)."""
     ns = cluster.namesrv_addr
     plain_c = PushConsumer(PLAIN_GROUP, ns, instance_name="drain-c", **FAST)
     plain_c.subscribe(PLAIN)
@@ -423,13 +423,17 @@ async def _drain(
     ordered_c.subscribe(ORDERED)
     ordered_c.register_listener(orderly, orderly=True)
     async with plain_c, ordered_c:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        # Wait as long as the groups make progress (a long campaign leaves a large backlog, and every kill took
+        # back the offsets committed since the broker's last offset flush), up to ``timeout`` without progress.
+        last_progress, last_seen = time.monotonic(), -1
+        while time.monotonic() - last_progress < timeout:
             seen_plain = {b for _t, b in consumed.snapshot()}
             seen_ordered = {b for _t, b in ordered.snapshot()}
             if want[PLAIN] | want[TX] <= seen_plain and want[ORDERED] <= seen_ordered:
                 return
-            await asyncio.sleep(0.3)
+            if len(seen_plain) + len(seen_ordered) != last_seen:
+                last_seen, last_progress = len(seen_plain) + len(seen_ordered), time.monotonic()
+            await asyncio.sleep(0.5)
 
 
 def _seq_of(body: bytes) -> tuple[int, int]:
@@ -445,7 +449,7 @@ def count_anomalies(
     consumed: list[tuple[str, bytes]],
     ordered: list[tuple[str, bytes]],
 ) -> None:
-    result.zero("lost", "duplicated", "reordered", "unexpected", "in_doubt_left")
+    result.zero("lost", "not_delivered", "duplicated", "reordered", "unexpected", "in_doubt_left")
     bodies = {topic: Counter(m.body for m in msgs) for topic, msgs in stored.items()}
     in_store = set(bodies[PLAIN]) | set(bodies[ORDERED])
     for body in sorted(ledger.acked - in_store):
@@ -469,11 +473,11 @@ def count_anomalies(
     given = Counter(b for _t, b in consumed)
     given_ordered = Counter(b for _t, b in ordered)
     for body in sorted((ledger.acked & set(bodies[PLAIN])) - set(given)):
-        result.fail("lost", f"{body.decode()} is stored but was never delivered to {PLAIN_GROUP}")
+        result.fail("not_delivered", f"{body.decode()} is stored but was never delivered to {PLAIN_GROUP}")
     for body in sorted(committed - set(given)):
-        result.fail("lost", f"committed transaction {body.decode()} was never delivered to {PLAIN_GROUP}")
+        result.fail("not_delivered", f"committed transaction {body.decode()} was never delivered to {PLAIN_GROUP}")
     for body in sorted(ledger.acked & set(bodies[ORDERED]) - set(given_ordered)):
-        result.fail("lost", f"{body.decode()} is stored but was never delivered to {ORDERED_GROUP}")
+        result.fail("not_delivered", f"{body.decode()} is stored but was never delivered to {ORDERED_GROUP}")
     for body in sorted(set(given) - set(bodies[PLAIN]) - tx_visible):
         result.fail("unexpected", f"{body!r} was delivered but is not a stored message")
     # Order within a sharding key: in its queue, and in what the orderly consumer saw first.
@@ -565,7 +569,9 @@ async def run_crash_campaign(settings: CrashSettings, work_dir: Path, progress: 
             ORDERED: {m.body for m in stored[ORDERED]},
             TX: {m.body for m in stored[TX]},
         }
+        drain_started = time.monotonic()
         await _drain(cluster, consumed, ordered, want, 60)
+        result.info["drain_seconds"] = round(time.monotonic() - drain_started)
         count_anomalies(result, ledger, stored, committed, consumed.snapshot(), ordered.snapshot())
         if in_doubt:
             result.must_be_zero["in_doubt_left"] = in_doubt
