@@ -31,6 +31,10 @@ class StoreClosedError(StoreError):
     """The store was used after it was closed."""
 
 
+class DiskFullError(StoreError):
+    """The store's disk has no room for a new file: this append is refused, and the next one tries again."""
+
+
 class CorruptStoreError(StoreError):
     """A store file whose content cannot be trusted (and could not be repaired)."""
 

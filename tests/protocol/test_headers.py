@@ -8,6 +8,7 @@ from txmq.protocol.headers import (
     EndTransactionRequestHeader,
     HeaderError,
     PullMessageRequestHeader,
+    QueueHeader,
     SendMessageRequestHeader,
 )
 
@@ -104,3 +105,16 @@ def test_send_v2_fast_path_still_names_bad_fields() -> None:
         SendMessageRequestHeader.from_ext({"b": "T"})
     h = SendMessageRequestHeader.from_ext({"a": "PG", "b": "T"})
     assert (h.queueId, h.defaultTopic, h.batch, h.reconsumeTimes) == (-1, "TBW102", None, None)
+
+
+@pytest.mark.parametrize("text", ["1_000", "\u0661", str(2**63), str(-(2**63) - 1), "+-1", "-", "", "0x10", "1e3"])
+def test_numbers_parse_as_java_long_does(text: str) -> None:
+    """ASCII digits with one optional sign, within 64 bits (found by the fault campaign's fuzzer)."""
+    with pytest.raises(HeaderError, match="queueId"):
+        QueueHeader.from_ext({"topic": "T", "queueId": text})
+
+
+def test_the_64_bit_limits_and_blanks_are_accepted() -> None:
+    assert QueueHeader.from_ext({"topic": "T", "queueId": str(2**63 - 1)}).queueId == 2**63 - 1
+    assert QueueHeader.from_ext({"topic": "T", "queueId": f" {-(2**63)} "}).queueId == -(2**63)
+    assert QueueHeader.from_ext({"topic": "T", "queueId": "+7"}).queueId == 7

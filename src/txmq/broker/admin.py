@@ -413,6 +413,8 @@ class AdminProcessor:
     @staticmethod
     def _lock_body(cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
         raw = orjson.loads(cmd.body)
+        if type(raw) is not dict:
+            raise ValueError(f"the body must be a JSON object, got {type(raw).__name__}")
         mqs = [(str(m["topic"]), str(m["brokerName"]), int(m["queueId"])) for m in raw.get("mqSet") or []]
         return str(raw["consumerGroup"]), str(raw["clientId"]), mqs
 

@@ -1,5 +1,7 @@
 """One way to refuse a request: raise :class:`BrokerRefusal`; :func:`answering_refusals` (the wrapper every handler
-is registered through) turns it into the response."""
+is registered through) turns it into the response. A request header that does not parse (:class:`HeaderError`: a
+required field missing, a number that is not one) is refused the same way, with RocketMQ's SYSTEM_ERROR and the
+field named, instead of reaching the connection's last-resort handler as if the broker had a bug."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import RemotingCommand
+from txmq.protocol.headers import HeaderError
 
 Handler = Callable[[Any, RemotingCommand], Any]
 
@@ -34,6 +38,8 @@ def answering_refusals(handler: Handler) -> Handler:
             result = handler(conn, cmd)
         except BrokerRefusal as refusal:
             return refusal.response(cmd)
+        except HeaderError as exc:
+            return _bad_header(cmd, exc)
         if result is None or isinstance(result, RemotingCommand | asyncio.Future):
             return result
         return _awaiting(cmd, result)
@@ -46,3 +52,10 @@ async def _awaiting(cmd: RemotingCommand, awaitable: Awaitable[Any]) -> Any:
         return await awaitable
     except BrokerRefusal as refusal:
         return refusal.response(cmd)
+    except HeaderError as exc:
+        return _bad_header(cmd, exc)
+
+
+def _bad_header(cmd: RemotingCommand, exc: HeaderError) -> RemotingCommand:
+    # RocketMQ answers a header it cannot decode (RemotingCommandException) with SYSTEM_ERROR and the reason.
+    return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")

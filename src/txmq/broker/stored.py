@@ -39,7 +39,9 @@ def send_response(
     """SEND_MESSAGE's response to a put ``result``: msgId (offsetMsgId), queueId, queueOffset."""
     code = put_status_code(result)
     if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
-        return cmd.response(code, f"storing the message failed: {getattr(result, 'status', result)}")
+        remark = getattr(result, "remark", None)
+        status = getattr(result, "status", result)
+        return cmd.response(code, f"storing the message failed: {status}" + (f": {remark}" if remark else ""))
     ext = {
         "msgId": msg_ids or encode_offset_msg_id(store_host, result.physical_offset),
         "queueId": str(queue_id),

@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMAND_EXTENSIONS = ("txmq.cli.demo", "txmq.cli.spark", "txmq.cli.console")
+COMMAND_EXTENSIONS = ("txmq.cli.demo", "txmq.cli.spark", "txmq.cli.console", "txmq.cli.chaos")
 DEV_SEGMENT_SIZE = 128 * 1024 * 1024
 # Long-running processes log their life at INFO; one-shot commands keep the terminal for their answer.
 SERVER_COMMANDS = ("dev", "namesrv", "broker", "console")

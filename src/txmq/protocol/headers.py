@@ -29,8 +29,20 @@ def parse_bool(text: str) -> bool:
     return t == "true" or t == "1"
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _parse_int(text: str) -> int:
-    return int(text.strip())
+    """Java's ``Long.parseLong`` (surrounding blanks forgiven): ASCII digits with an optional sign, within 64 bits.
+    Python's ``int`` alone would take "1_000", non-ASCII digits and numbers of any size, which then break whatever
+    stores them (a consumer offset of 10**30 made every later write of the offsets file fail)."""
+    t = text.strip()
+    if not t.isascii() or not t.lstrip("+-").isdigit() or t.count("-") + t.count("+") > 1:
+        raise ValueError(f"not a decimal integer: {text!r:.40}")
+    value = int(t)
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"{t:.40} is outside the 64-bit range")
+    return value
 
 
 def _format(value: Any) -> str:

@@ -4,12 +4,14 @@ ASYNC_FLUSH's commit-log flusher; and the deletion of old segments that retentio
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
 import time
 from typing import TYPE_CHECKING
 
+from txmq.errors import DiskFullError
 from txmq.store.checkpoint import Checkpoint, CheckpointState
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
@@ -50,6 +52,7 @@ class KeyIndexer:
         self._thread: threading.Thread | None = None
         self.queued = 0  # records ever handed over (by the writer)
         self.last_timestamp = 0  # store time of the last record handed to the key index
+        self.blocked: str | None = None  # why indexing waits (a full disk), None when it does not
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="txmq-store-indexer", daemon=True)
@@ -91,22 +94,48 @@ class KeyIndexer:
             if self._stop:
                 return
 
-    def drain(self) -> None:
+    def defer(self, dispatches: list[DispatchRequest]) -> None:
+        """Queue records recovery could not index (the disk was full) ahead of anything new."""
+        with self._backlog_lock:
+            self._backlog[:0] = dispatches
+
+    def pending(self) -> int:
+        """Records handed over and not indexed yet."""
+        with self._backlog_lock:
+            return len(self._backlog)
+
+    def drain(self) -> bool:
         """Index every dispatched record still waiting (indexer thread, writer when it falls behind, key queries,
         checkpoints). The GIL is given up after every _INDEX_CHUNK records, so other threads (the event loop, a
-        thread back from its fdatasync) wait for at most one chunk of indexing."""
+        thread back from its fdatasync) wait for at most one chunk of indexing.
+
+        False when the disk is full: what could not be indexed goes back to the front of the queue, and a later
+        drain (the indexer's next tick) tries again; appends and reads go on meanwhile."""
         with self._drain_lock:
             with self._backlog_lock:
                 batch, self._backlog = self._backlog, []
             if not batch:
-                return
-            if len(batch) <= _INDEX_CHUNK:
-                self.key_index.put(batch)
-            else:
-                for i in range(0, len(batch), _INDEX_CHUNK):
+                self.blocked = None
+                return True
+            i = 0
+            try:
+                while i < len(batch):
                     self.key_index.put(batch[i : i + _INDEX_CHUNK])
-                    time.sleep(0)
+                    i += _INDEX_CHUNK
+                    if i < len(batch):
+                        time.sleep(0)
+            except DiskFullError as exc:
+                with self._backlog_lock:
+                    self._backlog[:0] = batch[i:]
+                if self.blocked is None:
+                    log.error("%s; indexing waits for free space (queries by key miss new records)", exc)
+                self.blocked = str(exc)
+                return False
+            if self.blocked is not None:
+                log.warning("key index: space is back; indexing caught up")
+                self.blocked = None
             self.last_timestamp = batch[-1].store_timestamp
+            return True
 
 
 class _Periodic:
@@ -229,8 +258,11 @@ class Checkpointer(_Periodic):
             t0 = time.perf_counter_ns()
             self.write(clean=False)
             self._stats.checkpoint_latency_us.add((time.perf_counter_ns() - t0) // 1000)
-        except Exception:
-            log.exception("writing the checkpoint failed; will retry")
+        except Exception as exc:
+            if _disk_full(exc):  # expected while the disk is full: no traceback, the next tick retries
+                log.warning("checkpoint deferred, the disk is full: %s", exc)
+            else:
+                log.exception("writing the checkpoint failed; will retry")
 
     def write(self, clean: bool, index: bool = False) -> None:
         """Flush the consume queues (and the index when ``clean``, ``index``, or flushIntervalIndex has passed), then
@@ -292,3 +324,12 @@ def delete_oldest_segments(
         consume_queue.correct_min_offset(new_min)
         key_index.delete_before(new_min)
     return deleted
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is a full disk."""
+    while exc is not None:
+        if isinstance(exc, DiskFullError) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
+            return True
+        exc = exc.__cause__
+    return False

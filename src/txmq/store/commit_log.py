@@ -7,6 +7,8 @@ the map, so they never take a lock and never block the writer.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import errno
 import logging
 import mmap
 import os
@@ -15,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from txmq.errors import CorruptStoreError, StoreClosedError
+from txmq.errors import CorruptStoreError, DiskFullError, StoreClosedError
 from txmq.protocol.record import (
     MAGIC_CODE,
     MIN_RECORD_SIZE,
@@ -211,8 +213,17 @@ class CommitLog:
                 os.fsync(fd)
             _fsync_dir(self.directory)
             seg = self._open_segment(start, path, fd)
-        except BaseException:
+        except BaseException as exc:
             os.close(fd)
+            if prepared is None:
+                # No byte was written to it: leave no short file that the next start would take for a damaged one.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+                raise DiskFullError(
+                    f"the disk is full: cannot create commit-log segment {path} ({exc.strerror}); "
+                    "writes resume once space is freed"
+                ) from exc
             raise
         with self._lock:
             self._set_segments((*self._segments, seg))
@@ -288,6 +299,9 @@ class CommitLog:
                 os.posix_fallocate(fd, 0, self.segment_size)
                 return
             except OSError as exc:  # filesystems without fallocate (EOPNOTSUPP): fall back to a sparse file
+                if exc.errno in DISK_FULL_ERRNOS:
+                    # A sparse file would only move the failure to a write in the middle of a group.
+                    raise
                 log.info("commit log: posix_fallocate unavailable (%s); using ftruncate", exc)
         os.ftruncate(fd, self.segment_size)
 
@@ -540,6 +554,9 @@ class CommitLog:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
 def blank_for(remaining: int) -> bytes:

@@ -55,6 +55,9 @@ class StoreConfig:
     delete_when: str = "04"  # hours of the day (local time), ';'-separated
     disk_max_used_space_ratio: int = 75  # percent
     disk_space_clean_forcibly_ratio: int = 85  # percent; RocketMQ's -Drocketmq.broker.diskSpaceCleanForciblyRatio
+    # RocketMQ's default: above the forcibly ratio the oldest segments go even before fileReservedTime, consumed or
+    # not. False keeps every unexpired message; a full disk then refuses sends until space is freed.
+    clean_file_forcibly_enable: bool = True
     clean_resource_interval: int = 10_000  # ms between retention checks
     delete_commit_log_files_batch_max: int = 10  # segments deleted per retention run
     max_message_size: int = 1024 * 1024 * 4  # body bytes
@@ -162,6 +165,7 @@ ROCKETMQ_KEYS: dict[str, str] = {
     "fileReservedTime": "file_reserved_time",
     "deleteWhen": "delete_when",
     "diskMaxUsedSpaceRatio": "disk_max_used_space_ratio",
+    "cleanFileForciblyEnable": "clean_file_forcibly_enable",
     "cleanResourceInterval": "clean_resource_interval",
     "deleteCommitLogFilesBatchMax": "delete_commit_log_files_batch_max",
     "maxMessageSize": "max_message_size",

@@ -7,6 +7,7 @@ One writer thread appends; any thread may read.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -15,7 +16,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from txmq.errors import CorruptStoreError, StoreClosedError, StoreError
+from txmq.errors import CorruptStoreError, DiskFullError, StoreClosedError, StoreError
 from txmq.store.dispatch import DispatchRequest
 
 log = logging.getLogger("txmq.store")
@@ -493,7 +494,10 @@ class ConsumeQueueStore:
                 q.pending += b"".join(plan.entries)
                 q.max = plan.base + len(plan.entries)
                 if len(q.pending) >= _SPILL_BYTES:
-                    self._spill(q)
+                    try:
+                        self._spill(q)
+                    except DiskFullError:
+                        pass  # they stay pending (readers get them from memory); a later spill writes them
         except OSError as exc:
             raise StoreError(f"consume queue {q.key[0]}:{q.key[1]}: write failed: {exc}") from exc
         finally:
@@ -510,7 +514,8 @@ class ConsumeQueueStore:
         try:
             q.spill(dirty, new_dirs)
         except OSError as exc:
-            raise StoreError(f"consume queue {q.key[0]}:{q.key[1]}: write failed: {exc}") from exc
+            error = DiskFullError if exc.errno in (errno.ENOSPC, errno.EDQUOT) else StoreError
+            raise error(f"consume queue {q.key[0]}:{q.key[1]}: write failed: {exc}") from exc
         finally:
             with self._dirty_lock:
                 self._dirty.update((q, f) for f in dirty)
@@ -581,9 +586,19 @@ class ConsumeQueueStore:
             if not q.min <= offset < q.max:
                 return []
             count = min(max_count, q.max - offset)
-            if q.pending and offset + count > q.max - len(q.pending) // ENTRY_SIZE:
-                self._spill(q)
-            plan = q.pin(offset, count)
+            in_files = q.max - len(q.pending) // ENTRY_SIZE
+            from_memory = b""
+            if q.pending and offset + count > in_files:
+                try:
+                    self._spill(q)
+                except DiskFullError:
+                    # A full disk: serve the entries not written yet from memory.
+                    first = max(offset, in_files)
+                    from_memory = bytes(
+                        q.pending[(first - in_files) * ENTRY_SIZE : (offset + count - in_files) * ENTRY_SIZE]
+                    )
+                    count = max(0, in_files - offset)
+            plan = q.pin(offset, count) if count else []
         # The disk reads run without the lock: a lagging consumer on a cold file must not stall the writer.
         # Appends never touch published entries; retention or truncation racing with us only shortens the read.
         parts: list[bytes] = []
@@ -602,12 +617,13 @@ class ConsumeQueueStore:
                     os.close(fd)
                 parts.append(data[: len(data) - len(data) % ENTRY_SIZE])
                 if len(data) < want:
+                    from_memory = b""  # a short read: what follows in memory is not contiguous with it
                     break
         finally:
             for _, fd, _, _ in plan[done:]:
                 if fd is not None:
                     os.close(fd)
-        return list(_ENTRY.iter_unpack(b"".join(parts)))
+        return list(_ENTRY.iter_unpack(b"".join(parts) + from_memory))
 
     def earliest_entry(self, topic: str, queue_id: int) -> Entry | None:
         """The entry at the min offset, or None for an empty or unknown queue."""

@@ -19,6 +19,7 @@ killing the process with SIGBUS.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -29,7 +30,7 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
-from txmq.errors import CorruptStoreError, StoreClosedError, StoreError
+from txmq.errors import CorruptStoreError, DiskFullError, StoreClosedError, StoreError
 from txmq.store.dispatch import DispatchRequest
 
 log = logging.getLogger("txmq.store")
@@ -450,7 +451,7 @@ class KeyIndex:
                 try:
                     done = seg.append(entries, done)
                 except OSError as exc:
-                    raise StoreError(f"key index: cannot grow segment {seg.path}: {exc}") from exc
+                    raise _index_error(f"key index: cannot grow segment {seg.path}: {exc}", exc) from exc
                 finally:
                     self._dirty.add(seg)
             self._progress = progress
@@ -464,7 +465,7 @@ class KeyIndex:
             seg.open(create=True)
             seg.write_header(0, 0, 0, -1, -1)
         except OSError as exc:
-            raise StoreError(f"key index: cannot create segment {seg.path}: {exc}") from exc
+            raise _index_error(f"key index: cannot create segment {seg.path}: {exc}", exc) from exc
         self._segments.append(seg)
         self._dirty.add(seg)
         self._active = seg
@@ -596,3 +597,11 @@ class KeyIndex:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError("key index is closed")
+
+
+def _index_error(message: str, exc: OSError) -> StoreError:
+    """A full disk is :class:`DiskFullError` (the indexer waits and tries again); anything else is a store failure.
+    Nothing of the failed append was written (room is reserved first), so trying the same records again is safe."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFullError(message)
+    return StoreError(message)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from txmq.clock import SYSTEM_CLOCK, Clock
-from txmq.errors import StoreError
+from txmq.errors import DiskFullError, StoreError
 from txmq.protocol.record import Host, MessageRecord
 from txmq.store.background import Checkpointer, Flusher, KeyIndexer, delete_oldest_segments
 from txmq.store.checkpoint import AbortMarker, Checkpoint
@@ -167,10 +167,24 @@ class MessageStore:
         self._indexer.stop()
         self._writer.fail_leftovers()
         try:
-            if health.failure is None:
+            behind = self._indexer.pending()
+            if health.failure is None and not behind:
+                try:
+                    self._flusher.flush()
+                    self._checkpointer.write(clean=True)
+                    self._abort.remove()
+                except DiskFullError as exc:
+                    # The commit log is durable (every append was fdatasynced); what could not be written is
+                    # rebuilt from it: the abort marker stays, so the next start runs crash recovery.
+                    log.warning("store closing on a full disk (%s); the next start rebuilds what is missing", exc)
+            elif health.failure is None:
+                # The disk was full when the indexer last tried: keep the abort marker, so that the next start
+                # replays the key index past its durable point (nothing else needs recovering).
                 self._flusher.flush()
-                self._checkpointer.write(clean=True)
-                self._abort.remove()
+                log.warning(
+                    "store closing with %d records not in the key index (disk full); the next start indexes them",
+                    behind,
+                )
             else:
                 log.error(
                     "store closing after a write failure (%s); the next open will run crash recovery", health.failure
@@ -442,13 +456,16 @@ class MessageStore:
         self.commit_log.load()
         self._abort.create()
         cq = self.consume_queue
-        info = Recovery(
+        recovery = Recovery(
             self.commit_log,
             cq,
             self.key_index,
             check_crc=self.config.check_crc_on_recover,
             delay_levels_ms=self.config.delay_levels_ms(),
-        ).run(cp, crashed)
+        )
+        info = recovery.run(cp, crashed)
+        if recovery.deferred_index:
+            self._indexer.defer([d for d in recovery.deferred_index if d.physical_offset < info.log_end])
         end = info.log_end
         published = self._published
         published.written = published.flushed = published.confirmed = end

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from txmq.errors import CorruptStoreError
+from txmq.errors import CorruptStoreError, DiskFullError
 from txmq.store.checkpoint import CheckpointState
 from txmq.store.commit_log import CommitLog, ScanResult
 from txmq.store.dispatch import DispatchRequest
@@ -65,6 +65,9 @@ class Recovery:
         self.check_crc = check_crc
         self.delay_levels = delay_levels_ms or []
         self.info = RecoveryInfo()
+        # Records the key index could not take because the disk is full: the store queues them for its indexer,
+        # which indexes them once space is freed (the broker starts and serves meanwhile).
+        self.deferred_index: list[DispatchRequest] = []
 
     def run(self, checkpoint: CheckpointState | None, crashed: bool) -> RecoveryInfo:
         """Recover; ``crashed`` says the abort marker was present. Returns the info with the log's end."""
@@ -191,14 +194,14 @@ class Recovery:
                     index_batch.append(d)
                     info.index_replayed += 1
                     if len(index_batch) >= _REPLAY_CHUNK:
-                        index.put(index_batch)
+                        self._index(index_batch)
                         index_batch = []
         finally:
             scanner.close()
         if cq_batch:
             cq.put(cq_batch)
         if index_batch:
-            index.put(index_batch)
+            self._index(index_batch)
         if end is None:
             end = result.end
         info.scanned_records = result.records
@@ -211,6 +214,15 @@ class Recovery:
         cq.truncate_after(end)
         index.truncate_after(end)
         return end
+
+    def _index(self, batch: list[DispatchRequest]) -> None:
+        if not self.deferred_index:
+            try:
+                self.index.put(batch)
+                return
+            except DiskFullError as exc:
+                log.error("key index replay stopped (%s); the rest is indexed once space is freed", exc)
+        self.deferred_index += batch
 
     def _truncate_log(self, end: int, result: ScanResult) -> None:
         info = self.info

@@ -71,7 +71,7 @@ class RetentionService:
         ratio = self._disk_usage()
         at_time = time.localtime(now / 1000).tm_hour in cfg.delete_hours()
         disk_full = ratio >= cfg.disk_max_used_space_ratio / 100.0
-        forced = ratio >= cfg.disk_space_clean_forcibly_ratio / 100.0
+        forced = cfg.clean_file_forcibly_enable and ratio >= cfg.disk_space_clean_forcibly_ratio / 100.0
         if not (at_time or disk_full or manual):
             return 0, "not the time to delete and the disk is not full"
         reason = f"forced: disk {ratio:.0%} full" if forced else ("disk full" if disk_full else "deleteWhen")

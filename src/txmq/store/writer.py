@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from txmq.clock import Clock
-from txmq.errors import StoreClosedError, StoreError
+from txmq.errors import DiskFullError, StoreClosedError, StoreError
 from txmq.protocol.record import Host, MessageRecord, WalkResult, encode_offset_msg_id, walk_segment
 from txmq.protocol.record.layout import I64, QO_PO, QUEUE_OFFSET_POS
 from txmq.store.background import KeyIndexer
@@ -482,6 +482,11 @@ class Writer:
             return
         try:
             self._write_group(reqs)
+        except DiskFullError as exc:
+            # Raised only where a segment is created, before the group wrote a byte: refuse this group and stay
+            # open, so that writes resume once space is freed (no restart).
+            log.error("append refused: %s", exc)
+            self._finish_failed(reqs, PutStatus.SERVICE_NOT_AVAILABLE, str(exc))
         except BaseException as exc:
             # The log, the queues and what readers see may now disagree; only crash recovery can reconcile
             # them, so refuse all further appends until the store is reopened.
@@ -499,6 +504,7 @@ class Writer:
         if seg is None or not seg.start <= wpos < seg.end:
             seg = commit_log.segment_for_write(wpos)
         seg_end = seg.end
+        self._create_segments_ahead(reqs, wpos, seg_end)
         write_from = wpos
         bufs: list[Any] = []
         dispatches: list[DispatchRequest] = []
@@ -585,6 +591,20 @@ class Writer:
         stats.put_bytes += nbytes
         stats.group_messages.add(messages)
         self._complete(reqs, touched)
+
+    def _create_segments_ahead(self, reqs: list[_Request], wpos: int, seg_end: int) -> None:
+        """Create the segments this group will cross into before any of its bytes is written, so that a full disk
+        (:class:`DiskFullError`) stops the group before it wrote or numbered anything."""
+        starts: list[int] = []
+        for req in reqs:
+            for entry in req.entries:
+                size = len(entry[0])
+                if wpos + size + 8 > seg_end:
+                    starts.append(seg_end)
+                    wpos, seg_end = seg_end, seg_end + self._segment_size
+                wpos += size
+        for start in starts:
+            self._commit_log.segment_for_write(start)
 
     def _complete(self, reqs: list[_Request], touched: dict[tuple[str, int], int]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] = {}

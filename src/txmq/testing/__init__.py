@@ -1,5 +1,6 @@
 """Test tools shipped with txmq (as ``trio.testing`` is with trio): a fake clock, polling with one timeout,
-waiting for a broker's background services, in-memory connections and an in-process broker.
+waiting for a broker's background services, in-memory connections, an in-process broker, and real ``txmq dev``
+and broker processes on loopback.
 
 Nothing here imports pytest.
 """
@@ -8,14 +9,18 @@ from txmq.testing._broker import InProcessBroker, wait_idle
 from txmq.testing._clock import FakeClock, settle
 from txmq.testing._eventually import DEFAULT_TIMEOUT, aeventually, eventually
 from txmq.testing._memory import MemoryTransport, memory_connection_pair
+from txmq.testing._processes import DevCluster, ExtraBroker, free_port
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "DevCluster",
+    "ExtraBroker",
     "FakeClock",
     "InProcessBroker",
     "MemoryTransport",
     "aeventually",
     "eventually",
+    "free_port",
     "memory_connection_pair",
     "settle",
     "wait_idle",

@@ -1,0 +1,47 @@
+"""What the campaign parts share: creating a topic on a fresh cluster and reading a topic back whole."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from txmq.client import Admin, MessageExt, PullConsumer, PullStatus
+
+
+async def create_topics(namesrv: str, topics: dict[str, int]) -> None:
+    """Create each topic (name -> queue count) on the cluster's brokers and wait until the name server routes it."""
+    async with Admin(namesrv, instance_name=f"chaos-admin-{time.monotonic_ns()}") as admin:
+        (cluster,) = (await admin.cluster_info()).clusters
+        for topic, queues in topics.items():
+            await admin.create_topic(topic, cluster=cluster, read_queue_nums=queues, write_queue_nums=queues)
+        for topic in topics:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    await admin.topic_route(topic)
+                    break
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
+
+
+async def read_topic(namesrv: str, topic: str, *, tolerate_errors: bool = False) -> list[MessageExt]:
+    """Every message stored in ``topic``, queue by queue from offset 0, in queue order. With ``tolerate_errors`` a
+    queue whose pull fails is read up to there."""
+    out: list[MessageExt] = []
+    async with PullConsumer("ChaosReader", namesrv, instance_name=f"chaos-r{time.monotonic_ns()}") as reader:
+        for mq in sorted(await reader.fetch_queues(topic), key=lambda q: q.queue_id):
+            offset = 0
+            while True:
+                try:
+                    result = await reader.pull(mq, "*", offset, 32)
+                except Exception:
+                    if not tolerate_errors:
+                        raise
+                    break
+                if result.status is not PullStatus.FOUND:
+                    break
+                out.extend(result.messages)
+                offset = result.next_begin_offset
+    return out
