@@ -264,17 +264,18 @@ class ClientRegistry:
         requesters[client_id] = connection
 
     def find_producer(self, client_id: str) -> ClientChannel | None:
-        """The producer channel of the client ``client_id`` in any group (request-reply's requester), or the
-        connection it last sent a request on."""
+        """Request-reply's requester: the connection ``client_id`` last sent a request on (one lookup), else its
+        producer channel in any group (a scan, for a request that reached another broker)."""
+        connection = self.requesters.get(client_id)
+        if connection is not None:
+            if not getattr(connection, "closed", False):
+                return ClientChannel(client_id, connection)
+            del self.requesters[client_id]
         for channels in self.producers.values():
             for channel in channels.values():
                 if channel.client_id == client_id:
                     return channel
-        connection = self.requesters.get(client_id)
-        if connection is None or getattr(connection, "closed", False):
-            self.requesters.pop(client_id, None)
-            return None
-        return ClientChannel(client_id, connection)
+        return None
 
     def pick_producer(self, group: str, is_usable: Any = None) -> ClientChannel | None:
         """Round-robin over the live producer channels of ``group`` (for transaction checks)."""

@@ -66,9 +66,9 @@ class ReplyWaiters:
 
     @classmethod
     def of(cls, instance: ClientInstance) -> ReplyWaiters:
-        waiters = getattr(instance, "reply_waiters", None)
-        if waiters is None:
-            waiters = instance.reply_waiters = cls(instance)
+        if instance.reply_waiters is None:
+            instance.reply_waiters = cls(instance)
+        waiters: ReplyWaiters = instance.reply_waiters
         return waiters
 
     def expect(self, correlation_id: str) -> asyncio.Future[MessageExt]:
