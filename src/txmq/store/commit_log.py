@@ -1,7 +1,9 @@
 """Commit-log segment files: naming, preallocation, positional writes, lock-free reads, verification scans, truncation.
 
-The append pipeline (:mod:`txmq.store.message_store`) is the only writer. Readers map each segment read-only and slice
-the map, so they never take a lock and never block the writer.
+The append pipeline (:mod:`txmq.store.message_store`) is the only writer. Readers take no lock and never block the
+writer: they read with ``pread`` on the segment's descriptor, so the pages they touch stay in the kernel's page cache
+and are not counted in the broker's resident memory. Each segment is also mapped read-only for the start-up scan,
+whose pages are released from the map when the scan has passed them.
 """
 
 from __future__ import annotations
@@ -45,9 +47,11 @@ def segment_name(start: int) -> str:
 
 
 class Segment:
-    """One commit-log file ``[start, start + size)``. ``mm`` is a read-only map shared by all readers."""
+    """One commit-log file ``[start, start + size)``: its descriptor (readers ``pread`` it) and a read-only map used by
+    scans. ``closed`` is set before the descriptor is closed, so a reader that raced a close (and may have read a
+    reused descriptor) sees it afterwards and discards what it read."""
 
-    __slots__ = ("fd", "mm", "path", "size", "start")
+    __slots__ = ("closed", "fd", "mm", "path", "size", "start")
 
     def __init__(self, start: int, size: int, path: str, fd: int, mm: mmap.mmap) -> None:
         self.start = start
@@ -55,6 +59,7 @@ class Segment:
         self.path = path
         self.fd = fd
         self.mm = mm
+        self.closed = False
 
     @property
     def end(self) -> int:
@@ -359,9 +364,16 @@ class CommitLog:
         if pos + size > seg.size:
             return None
         try:
-            return seg.mm[pos : pos + size]
-        except ValueError:  # the map was closed under us (store closing)
-            raise StoreClosedError("the commit log is closed") from None
+            data = os.pread(seg.fd, size, pos)
+        except OSError:
+            data = b""
+        if seg.closed:  # closed under us: by retention (the range is gone) or by the store closing
+            if self._closed:
+                raise StoreClosedError("the commit log is closed")
+            return None
+        if len(data) != size:  # the file is shorter than its segment size (outside damage)
+            return None
+        return data
 
     def read_size(self, phys: int) -> int | None:
         """TOTALSIZE of the message record at ``phys``, or None when there is no message record there."""
@@ -454,6 +466,7 @@ class CommitLog:
                 finally:
                     records += walk.records
                     nbytes += walk.bytes
+                    _release_pages(seg)
                 if walk.blank:
                     phys = seg.end
                     idx += 1
@@ -516,13 +529,13 @@ class CommitLog:
     # -- retention --------------------------------------------------------------------------------------------
 
     def delete_segment(self, seg: Segment) -> None:
-        """Remove a segment that is not the last one. In-flight readers keep their map until they drop it."""
+        """Remove a segment that is not the last one. A reader racing it gets None (the range is gone), never other bytes."""
         with self._lock:
             segs = self._segments
             if not segs or seg is segs[-1] or seg not in segs:
                 raise ValueError(f"cannot delete {seg}: it is the active segment or not in the log")
             self._set_segments(tuple(s for s in segs if s is not seg))
-        os.close(seg.fd)  # the map holds its own reference to the file; readers slice the map only
+        _close_segment(seg)
         os.unlink(seg.path)
         _fsync_dir(self.directory)
 
@@ -564,7 +577,16 @@ def blank_for(remaining: int) -> bytes:
     return encode_blank(remaining)
 
 
+def _release_pages(seg: Segment) -> None:
+    """Drop the scan's pages from the map (they stay in the page cache), so they no longer count as resident."""
+    try:
+        seg.mm.madvise(mmap.MADV_DONTNEED)
+    except (ValueError, OSError):  # closed under us, or the kernel refused: only memory accounting is at stake
+        pass
+
+
 def _close_segment(seg: Segment) -> None:
+    seg.closed = True  # before the descriptor goes: see Segment
     try:
         seg.mm.close()
     except BufferError:  # a scan view still exports it; the map goes away with the last reference
