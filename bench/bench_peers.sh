@@ -38,6 +38,12 @@ mkdir -p "$PB/results"
 cp -r "$SRC"/* "$PB"/ && chmod -R u+w "$PB"
 cp "$HARNESS/txmq_bench.py" "$PB/bench/txmq_bench.py"
 export PEERBENCH_HOME=$PB TXMQ_PY TXMQ_REPO=$REPO
+# Fixed ports below Linux's ephemeral range (32768-60999): the harness's defaults lie inside it, and on a busy machine
+# a client socket once held PostgreSQL's 55432 when it started (two runs of three lost their PostgreSQL section).
+export RMQ_PORT=${RMQ_PORT:-21721} RMQ_DIST_PORT=${RMQ_DIST_PORT:-21722} EPMD_PORT=${EPMD_PORT:-21369}
+export NATS_PORT=${NATS_PORT:-21422} NATS_HTTP_PORT=${NATS_HTTP_PORT:-21822} PG_PORT=${PG_PORT:-21432}
+export TXMQ_NS_PORT=${TXMQ_NS_PORT:-21876} TXMQ_BR_PORT=${TXMQ_BR_PORT:-21911}
+export ROCKETMQ_NS_PORT=${ROCKETMQ_NS_PORT:-22876} ROCKETMQ_BR_PORT=${ROCKETMQ_BR_PORT:-22911}
 export DURATION=${DURATION:-10}
 
 if [[ "${SKIP_INSTALL:-0}" != 1 && ! -x $PB/venv/bin/python ]]; then

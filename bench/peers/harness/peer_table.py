@@ -29,33 +29,56 @@ MEASURES = [
     # name, {system: mode}, reference column, target ratio
     (
         "publish x1 (msg/s)",
-        {"rabbitmq": "publish sync (1 in flight)", "nats": "publish sync (1 in flight)",
-         "rocketmq": "publish sync (1 in flight)", "txmq": "publish sync (1 in flight)"},
-        "RabbitMQ quorum", 2.0,
+        {
+            "rabbitmq": "publish sync (1 in flight)",
+            "nats": "publish sync (1 in flight)",
+            "rocketmq": "publish sync (1 in flight)",
+            "txmq": "publish sync (1 in flight)",
+        },
+        "RabbitMQ quorum",
+        2.0,
     ),
     (
         "publish x128 (msg/s)",
-        {"rabbitmq": "publish pipelined (128 in flight)", "nats": "publish async (128 in flight)",
-         "rocketmq": "publish pipelined (128 in flight)", "txmq": "publish pipelined (128 in flight)"},
-        "RabbitMQ quorum", 1.5,
+        {
+            "rabbitmq": "publish pipelined (128 in flight)",
+            "nats": "publish async (128 in flight)",
+            "rocketmq": "publish pipelined (128 in flight)",
+            "txmq": "publish pipelined (128 in flight)",
+        },
+        "RabbitMQ quorum",
+        1.5,
     ),
     (
         "transactions x1 (tx/s)",
-        {"postgres": "commit, 1 client", "rocketmq": "tx prepare+commit (1 in flight)",
-         "txmq": "tx prepare+commit (1 in flight)"},
-        "PG outbox asyncpg", None,
+        {
+            "postgres": "commit, 1 client",
+            "rocketmq": "tx prepare+commit (1 in flight)",
+            "txmq": "tx prepare+commit (1 in flight)",
+        },
+        "PG outbox asyncpg",
+        None,
     ),
     (
         "transactions x16 (tx/s)",
-        {"postgres": "commit, 16 clients", "rocketmq": "tx prepare+commit (16 in flight)",
-         "txmq": "tx prepare+commit (16 in flight)"},
-        "PG outbox asyncpg", 3.0,
+        {
+            "postgres": "commit, 16 clients",
+            "rocketmq": "tx prepare+commit (16 in flight)",
+            "txmq": "tx prepare+commit (16 in flight)",
+        },
+        "PG outbox asyncpg",
+        3.0,
     ),
     (
         "consume (msg/s)",
-        {"rabbitmq": "consume prefetch 256, ack/128", "nats": "pull fetch 256, AckAll/batch",
-         "rocketmq": "consume (pull 32)", "txmq": "consume (pull 32)"},
-        "RabbitMQ quorum", 1.0,
+        {
+            "rabbitmq": "consume prefetch 256, ack/128",
+            "nats": "pull fetch 256, AckAll/batch",
+            "rocketmq": "consume (pull 32)",
+            "txmq": "consume (pull 32)",
+        },
+        "RabbitMQ quorum",
+        1.0,
     ),
 ]
 
@@ -67,9 +90,9 @@ def load(path: str) -> list[dict]:
 
 def find(rows: list[dict], system: str, variant: str, mode: str | None) -> dict | None:
     for r in rows:
-        if r["system"] == system and r["variant"] == variant and (mode is None or r["mode"] == mode):
-            if not r.get("skipped") and r.get("rate"):
-                return r
+        same = r["system"] == system and r["variant"] == variant and (mode is None or r["mode"] == mode)
+        if same and not r.get("skipped") and r.get("rate"):
+            return r
     return None
 
 
@@ -94,7 +117,7 @@ def main(argv: list[str]) -> int:
     if "--loadavg" in argv:
         i = argv.index("--loadavg")
         loadavg = argv[i + 1]
-        argv = argv[:i] + argv[i + 2:]
+        argv = argv[:i] + argv[i + 2 :]
     runs = [load(p) for p in argv]
     print(f"{len(runs)} run(s): " + ", ".join(rows[0].get("run", "?") for rows in runs if rows))
     head = ["measure"] + [c[0] for c in COLUMNS] + ["target", "txmq / reference, per run", "median ratio"]
@@ -111,12 +134,14 @@ def main(argv: list[str]) -> int:
             m = med([r["rate"] for r in found if r])
             cells.append(fmt(m))
         ratios = []
-        for t, rf in zip(per_run["txmq"], per_run[ref]):
+        for t, rf in zip(per_run["txmq"], per_run[ref], strict=True):
             ratios.append(t["rate"] / rf["rate"] if t and rf else None)
         mr = med(ratios)
         cells.append(f">= {target}x {ref}" if target else f"(vs {ref})")
         cells.append(", ".join(fmt(x, 2) for x in ratios))
-        verdict = "" if mr is None or target is None else (" met" if mr >= target else f" missed by {1 - mr / target:.0%}")
+        verdict = ""
+        if mr is not None and target is not None:
+            verdict = " met" if mr >= target else f" missed by {1 - mr / target:.0%}"
         cells.append(f"**{fmt(mr, 2)}**{verdict}" if mr is not None else "")
         print("| " + " | ".join(cells) + " |")
         for label in (ref, "RocketMQ 5.5.0 SYNC", "txmq"):
@@ -124,17 +149,30 @@ def main(argv: list[str]) -> int:
             if not any(found):
                 continue
             cpu_lines.append(
-                [name, label, fmt(med([r["rate"] for r in found if r])),
-                 fmt(med([r.get("server_cpu_pct") for r in found if r])),
-                 fmt(med([cpu_us(r, "server_cpu_pct") for r in found])),
-                 fmt(med([r.get("client_cpu_pct") for r in found if r])),
-                 fmt(med([cpu_us(r, "client_cpu_pct") for r in found])),
-                 fmt(med([r.get("server_fsyncs_per_s") for r in found if r])),
-                 fmt(med([r.get("other_cpu_pct") for r in found if r]))]
+                [
+                    name,
+                    label,
+                    fmt(med([r["rate"] for r in found if r])),
+                    fmt(med([r.get("server_cpu_pct") for r in found if r])),
+                    fmt(med([cpu_us(r, "server_cpu_pct") for r in found])),
+                    fmt(med([r.get("client_cpu_pct") for r in found if r])),
+                    fmt(med([cpu_us(r, "client_cpu_pct") for r in found])),
+                    fmt(med([r.get("server_fsyncs_per_s") for r in found if r])),
+                    fmt(med([r.get("other_cpu_pct") for r in found if r])),
+                ]
             )
     print()
-    head = ["measure", "system", "rate", "server CPU %", "server CPU us/op", "client CPU %", "client CPU us/op",
-            "server fsync/s", "other processes' CPU %"]
+    head = [
+        "measure",
+        "system",
+        "rate",
+        "server CPU %",
+        "server CPU us/op",
+        "client CPU %",
+        "client CPU us/op",
+        "server fsync/s",
+        "other processes' CPU %",
+    ]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     seen = set()
@@ -143,13 +181,19 @@ def main(argv: list[str]) -> int:
         if key not in seen:
             seen.add(key)
             print("| " + " | ".join(line) + " |")
+    for rows in runs:
+        for r in rows:
+            if r.get("errors") or r.get("nacks"):
+                print(f"\nnote: {r.get('run')} {r['system']} / {r['mode']}: errors={r.get('errors')} nacks={r.get('nacks')}")
     if loadavg:
         with open(loadavg) as f:
             one = [float(line.split()[1]) for line in f if line.strip()]  # time, then /proc/loadavg
         if one:
             q = statistics.quantiles(one, n=10) if len(one) > 1 else [one[0]] * 9
-            print(f"\nload average (1 min) sampled every 5 s during the runs: min {min(one):.1f}, median "
-                  f"{statistics.median(one):.1f}, 90th percentile {q[8]:.1f}, max {max(one):.1f} ({len(one)} samples)")
+            print(
+                f"\nload average (1 min) sampled every 5 s during the runs: min {min(one):.1f}, median "
+                f"{statistics.median(one):.1f}, 90th percentile {q[8]:.1f}, max {max(one):.1f} ({len(one)} samples)"
+            )
     return 0
 
 

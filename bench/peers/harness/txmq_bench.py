@@ -18,13 +18,24 @@ Cases, each emitted as one JSON line:
 
     $PY txmq_bench.py --namesrv 127.0.0.1:9876 --server-pid PID --data-dir D --out results.jsonl
 """
+
 import argparse
 import asyncio
 import time
 
 from common import Probe, emit, lat_stats, payload
-from txmq.client import Admin, LocalTransactionState, Message, MessageQueue, Producer, PullConsumer, PullStatus
-from txmq.client import TransactionProducer
+
+from txmq.client import (
+    Admin,
+    LocalTransactionState,
+    Message,
+    MessageQueue,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    TransactionProducer,
+)
+from txmq.errors import MQBrokerError
 
 try:
     import uvloop
@@ -60,10 +71,15 @@ async def publish_case(ns, topic, window, duration, warmup, probe_args):
     t_meas = time.perf_counter() + warmup
     t_end = t_meas + duration
     lat = []
+    errors = []
 
     async def worker():
         while (a := time.perf_counter()) < t_end:
-            await p.send(Message(topic, body))
+            try:
+                await p.send(Message(topic, body))
+            except MQBrokerError as exc:  # e.g. RocketMQ's flow control (SYSTEM_BUSY): counted, not acknowledged
+                errors.append(exc.code)
+                continue
             b = time.perf_counter()
             if t_meas <= b < t_end:
                 lat.append(b - a)
@@ -71,8 +87,15 @@ async def publish_case(ns, topic, window, duration, warmup, probe_args):
     await asyncio.gather(*(worker() for _ in range(window)))
     pr = probe.stop()
     await p.shutdown()
-    return dict(count=len(lat), seconds=duration, rate=len(lat) / duration,
-                lat_what=f"send -> durable ack, {window} in flight", **lat_stats(lat), **pr)
+    return dict(
+        errors=len(errors),
+        count=len(lat),
+        seconds=duration,
+        rate=len(lat) / duration,
+        lat_what=f"send -> durable ack, {window} in flight",
+        **lat_stats(lat),
+        **pr,
+    )
 
 
 async def tx_case(ns, admin, topic, producers, duration, warmup, probe_args):
@@ -106,9 +129,15 @@ async def tx_case(ns, admin, topic, producers, duration, warmup, probe_args):
     el = time.perf_counter() - t0
     pr = probe.stop()
     await p.shutdown()
-    return dict(count=len(lat), seconds=el, rate=len(lat) / el, unit="tx/s",
-                lat_what=f"half sent -> local tx -> END sent, {producers} in flight; window ends when every commit is stored",
-                **lat_stats(lat), **pr)
+    return dict(
+        count=len(lat),
+        seconds=el,
+        rate=len(lat) / el,
+        unit="tx/s",
+        lat_what=f"half sent -> local tx -> END sent, {producers} in flight; window ends when every commit is stored",
+        **lat_stats(lat),
+        **pr,
+    )
 
 
 async def consume_case(ns, admin, topic, probe_args):
@@ -161,16 +190,25 @@ async def main_async(a):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--namesrv", default="127.0.0.1:9876")
-    ap.add_argument("--server-pid", type=int, action="append", default=[],
-                    help="a broker process to account (repeat for several: RocketMQ's broker and name server)")
+    ap.add_argument(
+        "--server-pid",
+        type=int,
+        action="append",
+        default=[],
+        help="a broker process to account (repeat for several: RocketMQ's broker and name server)",
+    )
     ap.add_argument("--system", default="txmq")
     ap.add_argument("--variant", default="SYNC_FLUSH (default)")
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--duration", type=float, default=10)
     ap.add_argument("--warmup", type=float, default=1)
     ap.add_argument("--window", type=int, default=128)
-    ap.add_argument("--warm-pass", type=float, default=0,
-                    help="seconds of unrecorded sends (half at 1, half at --window in flight) before the windows")
+    ap.add_argument(
+        "--warm-pass",
+        type=float,
+        default=0,
+        help="seconds of unrecorded sends (half at 1, half at --window in flight) before the windows",
+    )
     ap.add_argument("--tx-producers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16])
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
