@@ -184,7 +184,8 @@ def main(argv: list[str]) -> int:
     for rows in runs:
         for r in rows:
             if r.get("errors") or r.get("nacks"):
-                print(f"\nnote: {r.get('run')} {r['system']} / {r['mode']}: errors={r.get('errors')} nacks={r.get('nacks')}")
+                what = f"errors={r.get('errors')} nacks={r.get('nacks')}"
+                print(f"\nnote: {r.get('run')} {r['system']} / {r['mode']}: {what}")
     if loadavg:
         with open(loadavg) as f:
             one = [float(line.split()[1]) for line in f if line.strip()]  # time, then /proc/loadavg
