@@ -174,7 +174,9 @@ def op_walk(data: bytes, options: dict[str, Any]) -> tuple[Any, ...]:
     skipped: list[tuple[int, str]] = []
     items: list[Any] = []
     try:
-        for item in walk_segment(data, result=result, on_skip=lambda at, why: skipped.append((at, why)), **options):
+        for item in walk_segment(
+            data, result=result, on_skip=lambda at, _size, why: skipped.append((at, why)), **options
+        ):
             items.append(_view(item) if options.get("views") else item)
     except Exception as exc:
         items.append(_raised(exc))

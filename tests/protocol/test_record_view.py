@@ -134,7 +134,9 @@ def test_the_walker_skips_a_bad_crc_only_when_asked(recs: list[MessageRecord], d
     assert not res.clean_end and "CRC" in res.reason and res.end == spans[k][0]
     skipped: list[int] = []
     res = WalkResult()
-    got = [g[0] for g in walk_segment(buf, skip_bad_crc=True, on_skip=lambda p, _why: skipped.append(p), result=res)]
+    got = [
+        g[0] for g in walk_segment(buf, skip_bad_crc=True, on_skip=lambda p, _size, _why: skipped.append(p), result=res)
+    ]
     assert got == [p for i, (p, _) in enumerate(spans) if i != k]
     assert skipped == [spans[k][0]] and res.skipped == 1 and res.clean_end
 

@@ -406,4 +406,10 @@ def add_admin_parser(sub: Any) -> None:
 
 
 # Modules with ``add_parser(admin_subparsers, groups, run)``; a missing one is simply not offered.
-ADMIN_EXTENSIONS = ("txmq.cli.admin_tx", "txmq.cli.admin_consumer", "txmq.cli.admin_acl", "txmq.cli.admin_replica")
+ADMIN_EXTENSIONS = (
+    "txmq.cli.admin_tx",
+    "txmq.cli.admin_consumer",
+    "txmq.cli.admin_acl",
+    "txmq.cli.admin_replica",
+    "txmq.cli.admin_store",
+)

@@ -144,8 +144,8 @@ def scan(seg: Segment, decode: Callable[[RecordView], Any]) -> Iterator[Any]:
     finally:
         os.close(fd)
 
-    def skipped(phys: int, why: str) -> None:
-        log.warning("%s: record at %d skipped: %s", seg.path, phys, why)
+    def skipped(phys: int, size: int, why: str) -> None:
+        log.warning("%s: damaged record at commit-log offset %d (%d bytes) skipped: %s", seg.path, phys, size, why)
 
     result = WalkResult()
     views = walk_segment(

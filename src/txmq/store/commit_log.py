@@ -16,7 +16,7 @@ import mmap
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from txmq.errors import CorruptStoreError, DiskFullError, StoreClosedError
@@ -28,6 +28,7 @@ from txmq.protocol.record import (
     WalkResult,
     decode_record,
     encode_blank,
+    find_record,
     read_record_size,
     read_store_timestamp,
     walk_segment,
@@ -149,7 +150,9 @@ class CommitLog:
             if size < self.segment_size and not last:
                 raise CorruptStoreError(
                     f"commit-log segment {path} is {size} bytes but is not the last segment; it should be "
-                    f"{self.segment_size}. Data in the middle of the log is missing."
+                    f"{self.segment_size}: commit-log offsets [{start + size}, {start + self.segment_size}) are "
+                    "missing (the file was cut short). `txmq admin store verify` lists the damage; see "
+                    "docs/reliability.md for the choices"
                 )
             fd = os.open(path, os.O_RDWR)
             if size < self.segment_size:
@@ -425,6 +428,7 @@ class CommitLog:
         check_crc: bool = True,
         result: ScanResult | None = None,
         yield_from: int = 0,
+        on_damaged: Callable[[int, int, str], None] | None = None,
     ) -> Iterator[ScannedRecord]:
         """Verify records from ``start`` (a record boundary); yield the fields of those at or past ``yield_from``.
 
@@ -433,7 +437,8 @@ class CommitLog:
         a bad magic, an impossible size, a PHYSICALOFFSET that disagrees with the position, field lengths that do not
         add up, or a body CRC mismatch; ``result`` receives where and why. Blank fillers lead to the next segment.
         Records below ``yield_from`` are only verified, in a loop that stays out of the caller's way (recovery
-        speed is this loop's speed).
+        speed is this loop's speed). With ``on_damaged``, a record whose frame is sound but whose body CRC fails is
+        passed to it as ``(phys, size, why)`` and the scan goes on after it.
         """
         res = result if result is not None else ScanResult(start)
         res.start = res.end = start
@@ -461,6 +466,8 @@ class CommitLog:
                         limit=seg.size,
                         check_crc=check_crc,
                         yield_from=yield_from,
+                        skip_bad_crc=on_damaged is not None,
+                        on_skip=on_damaged,
                         result=walk,
                     )
                 finally:
@@ -481,6 +488,16 @@ class CommitLog:
         finally:
             res.records += records
             res.bytes += nbytes
+
+    def next_sound_record(self, phys: int) -> int:
+        """The commit-log offset of the first sound record at or after ``phys`` (in any later segment), or -1."""
+        for seg in self._segments:
+            if seg.end <= phys:
+                continue
+            pos = find_record(seg.mm, seg.start, max(0, phys - seg.start), seg.size)
+            if pos >= 0:
+                return seg.start + pos
+        return -1
 
     def last_nonzero(self, seg: Segment, start_pos: int) -> int:
         """One past the last non-zero byte of ``seg`` at or after ``start_pos`` (``start_pos`` if all zero)."""

@@ -21,6 +21,7 @@ from txmq.store.background import Checkpointer, Flusher, KeyIndexer, delete_olde
 from txmq.store.checkpoint import AbortMarker, Checkpoint
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
+from txmq.store.damage import DamageLog
 from txmq.store.dispatch import DispatchRequest
 from txmq.store.reads import GetMessageResult, GetStatus, Reads
 from txmq.store.recovery import Recovery, RecoveryInfo
@@ -28,6 +29,7 @@ from txmq.store.replica import read_chunk
 from txmq.store.retention import RetentionService
 from txmq.store.state import Health, Published
 from txmq.store.stats import StoreStats
+from txmq.store.verify import Scrubber
 from txmq.store.writer import NewMessagesCallback, PutResult, PutStatus, Writer
 
 __all__ = [
@@ -101,6 +103,7 @@ class MessageStore:
         self._abort = AbortMarker(os.path.join(self.root, "abort"))
         self.statistics = StoreStats()
         self.recovery: RecoveryInfo | None = None
+        self.scrubber: Scrubber | None = None
         self._lock_fd: int | None = None
 
         health = self._health = Health()
@@ -110,7 +113,8 @@ class MessageStore:
         self._flusher = Flusher(self.commit_log, cfg, published, stats, health)
         self._checkpointer = Checkpointer(self._checkpoint, self._indexer, cfg, published, stats, health)
         self._writer = Writer(self.commit_log, self._indexer, cfg, clock, stats, published, health)
-        self._reads = Reads(self.commit_log, self._indexer, cfg, published, health)
+        self.damage = DamageLog(self.root)
+        self._reads = Reads(self.commit_log, self._indexer, cfg, published, health, self.damage)
         self.retention = RetentionService(cfg, clock, self.commit_log, self._delete_segments, disk_usage=disk_usage)
 
     # ------------------------------------------------------------------------------------------ life cycle
@@ -137,6 +141,9 @@ class MessageStore:
             self._flusher.start()
         self._checkpointer.start()
         self._indexer.start()
+        if cfg.scrub_commit_log_on_start and self.recovery.log_end > self.commit_log.min_offset:
+            self.scrubber = Scrubber(lambda: self.commit_log.segments, self.recovery.log_end, self.damage.add)
+            self.scrubber.start()
         return self
 
     def _attach(self) -> None:
@@ -159,6 +166,8 @@ class MessageStore:
                     health.state = "closed"
                 return
             health.state = "closing"
+        if self.scrubber is not None:
+            self.scrubber.stop()
         self.retention.stop()
         self._writer.stop()
         self._flusher.stop()
@@ -432,6 +441,7 @@ class MessageStore:
         snap["commit_log_min_offset"] = self.commit_log.min_offset
         snap["commit_log_max_offset"] = self._published.confirmed
         snap["commit_log_flushed_offset"] = self._published.flushed
+        snap.update(self.damage.stats())
         return snap
 
     # ------------------------------------------------------------------------------------------ retention hook
@@ -454,6 +464,7 @@ class MessageStore:
         cp = self._checkpoint.load()
         crashed = self._abort.exists()
         self.commit_log.load()
+        self.damage.load(self.commit_log.min_offset)
         self._abort.create()
         cq = self.consume_queue
         recovery = Recovery(
@@ -462,6 +473,7 @@ class MessageStore:
             self.key_index,
             check_crc=self.config.check_crc_on_recover,
             delay_levels_ms=self.config.delay_levels_ms(),
+            damage=self.damage,
         )
         info = recovery.run(cp, crashed)
         if recovery.deferred_index:

@@ -9,10 +9,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from txmq.errors import RecordDecodeError, StoreClosedError
-from txmq.protocol.record import MIN_RECORD_SIZE, MessageRecord, RecordView, decode_record, read_store_timestamp
+from txmq.protocol.record import (
+    MIN_RECORD_SIZE,
+    MessageRecord,
+    RecordView,
+    decode_record,
+    read_store_timestamp,
+    record_damage,
+)
 from txmq.store.background import KeyIndexer
-from txmq.store.commit_log import CommitLog
+from txmq.store.commit_log import CommitLog, segment_name
 from txmq.store.config import StoreConfig
+from txmq.store.damage import DamageLog
 from txmq.store.state import Health, Published
 
 if TYPE_CHECKING:
@@ -52,7 +60,13 @@ class Reads:
     """Reads over the commit log, the consume queues and the key index, bounded by the published positions."""
 
     def __init__(
-        self, commit_log: CommitLog, indexer: KeyIndexer, config: StoreConfig, published: Published, health: Health
+        self,
+        commit_log: CommitLog,
+        indexer: KeyIndexer,
+        config: StoreConfig,
+        published: Published,
+        health: Health,
+        damage: DamageLog | None = None,
     ) -> None:
         self.consume_queue: ConsumeQueueLike = None  # type: ignore[assignment]  # set when the store opens
         self.key_index: KeyIndexLike = None  # type: ignore[assignment]
@@ -61,6 +75,23 @@ class Reads:
         self._published = published
         self._health = health
         self._config = config
+        self._damage = damage if damage is not None else DamageLog(None)
+
+    def _refuse(self, phys: int, why: str) -> None:
+        """A damaged record is never served: counted, and logged once with its offset and file."""
+        seg = self._commit_log.find_segment(phys)
+        where = seg.path if seg is not None else segment_name(phys - phys % self._commit_log.segment_size)
+        self._damage.read_refused(phys, where, why)
+
+    def _sound(self, data: bytes, phys: int) -> bool:
+        if self._damage.contains(phys):
+            self._refuse(phys, "in a damaged range on record")
+            return False
+        why = record_damage(data, 0, len(data), phys)
+        if why is not None:
+            self._refuse(phys, why)
+            return False
+        return True
 
     def _check_readable(self) -> None:
         state = self._health.state
@@ -95,14 +126,23 @@ class Reads:
         confirmed = self._published.confirmed
         if phys < 0 or phys >= confirmed:
             return None
+        if self._damage.contains(phys):
+            self._refuse(phys, "in a damaged range on record")
+            return None
         data = self._commit_log.read_record_bytes(phys, size)
         if data is None or phys + len(data) > self._published.confirmed:
             return None
-        return data
+        return data if self._sound(data, phys) else None
 
     def read_message(self, phys: int, size: int | None = None) -> MessageRecord | None:
         data = self.read_record(phys, size)
-        return None if data is None else decode_record(data)
+        if data is None:
+            return None
+        try:
+            return decode_record(data)
+        except RecordDecodeError as exc:  # topic or properties that are not text: damaged outside the body
+            self._refuse(phys, str(exc))
+            return None
 
     def get_messages(
         self,
@@ -139,6 +179,7 @@ class Reads:
             return GetMessageResult(GetStatus.OFFSET_FOUND_NULL, offset, min_off, max_off)
         commit_log = self._commit_log
         log_min = commit_log.min_offset
+        damage = self._damage
         picked: list[tuple[int, int]] = []
         total = 0
         consumed = 0
@@ -150,6 +191,9 @@ class Reads:
                 continue
             if codes is not None and code not in codes:
                 continue
+            if damage.contains(phys):
+                self._refuse(phys, "in a damaged range on record")
+                continue
             if message_filter is not None:
                 data = commit_log.read(phys, size)
                 if data is None or not message_filter(data):
@@ -157,20 +201,52 @@ class Reads:
             picked.append((phys, size))
             total += size
         buffers = commit_log.read_many(picked) if picked else []
+        # Every served record is checked (frame and body CRC) where it lies in the buffers read; a damaged one is
+        # left out and the consumer moves past it, as RocketMQ treats a message it cannot decode.
+        count = 0
+        bad = 0
+        read = 0
+        bi = 0
+        pos = 0
+        nbuf = len(buffers)
+        for phys, size in picked:
+            if bi >= nbuf:  # a segment vanished mid-read: return what was read, resume after it
+                break
+            buf = buffers[bi]
+            why = record_damage(buf, pos, size, phys)
+            if why is not None:
+                self._refuse(phys, why)
+                bad += 1
+            count += 1
+            read += size
+            pos += size
+            if pos >= len(buf):
+                bi += 1
+                pos = 0
+        if bad:
+            buffers = self._without_damaged(buffers, picked[:count])
+            read = sum(len(b) for b in buffers)
+            count -= bad
         if not buffers:
             status = GetStatus.NO_MATCHED_MESSAGE if consumed else GetStatus.OFFSET_FOUND_NULL
             return GetMessageResult(status, offset + consumed, min_off, max_off)
-        read = sum(len(b) for b in buffers)
-        if read != total:  # a segment vanished mid-read: return what was read, resume after it
-            count = 0
-            acc = 0
-            for _phys, size in picked:
-                if acc + size > read:
-                    break
-                acc += size
-                count += 1
-            picked = picked[:count]
-        return GetMessageResult(GetStatus.FOUND, offset + consumed, min_off, max_off, buffers, len(picked), read)
+        return GetMessageResult(GetStatus.FOUND, offset + consumed, min_off, max_off, buffers, count, read)
+
+    @staticmethod
+    def _without_damaged(buffers: list[bytes], picked: list[tuple[int, int]]) -> list[bytes]:
+        """``buffers`` (``picked``'s records back to back) with only the sound records, one buffer each."""
+        out: list[bytes] = []
+        bi = 0
+        pos = 0
+        for phys, size in picked:
+            buf = buffers[bi]
+            if record_damage(buf, pos, size, phys) is None:
+                out.append(buf[pos : pos + size])
+            pos += size
+            if pos >= len(buf):
+                bi += 1
+                pos = 0
+        return out
 
     def store_time_of(self, phys: int, size: int) -> int:
         """STORETIMESTAMP of the record at ``phys``, or -1 when it is gone."""
@@ -217,7 +293,7 @@ class Reads:
             if phys >= confirmed:
                 continue
             data = self._commit_log.read_record_bytes(phys)
-            if data is None:
+            if data is None or not self._sound(data, phys):
                 continue
             try:
                 record = RecordView(data)

@@ -7,9 +7,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from txmq.errors import CorruptStoreError, DiskFullError
+from txmq.errors import CorruptStoreError, DiskFullError, RecordDecodeError
+from txmq.protocol.record import RecordView
 from txmq.store.checkpoint import CheckpointState
-from txmq.store.commit_log import CommitLog, ScanResult
+from txmq.store.commit_log import CommitLog, ScanResult, segment_name
+from txmq.store.damage import Damage, DamageLog
 from txmq.store.dispatch import DispatchRequest
 from txmq.store.entry import dispatch_from_fields
 
@@ -39,6 +41,7 @@ class RecoveryInfo:
     index_replay_from: int = -1
     index_replayed: int = 0
     last_store_timestamp: int = 0  # of the last record replayed, 0 when none was
+    damaged: list[Damage] = field(default_factory=list)  # found by this recovery's scan; the records after are kept
     seconds: float = 0.0
 
 
@@ -58,6 +61,7 @@ class Recovery:
         *,
         check_crc: bool = True,
         delay_levels_ms: list[int] | None = None,
+        damage: DamageLog | None = None,
     ) -> None:
         self.commit_log = commit_log
         self.cq = consume_queue
@@ -65,6 +69,7 @@ class Recovery:
         self.check_crc = check_crc
         self.delay_levels = delay_levels_ms or []
         self.info = RecoveryInfo()
+        self.damage = damage if damage is not None else DamageLog(None)
         # Records the key index could not take because the disk is full: the store queues them for its indexer,
         # which indexes them once space is freed (the broker starts and serves meanwhile).
         self.deferred_index: list[DispatchRequest] = []
@@ -124,7 +129,8 @@ class Recovery:
             start = min(segs[-1].start, cq_from, index_from)
             if cp is not None and log_min <= cp.commit_flushed <= segs[-1].end:
                 start = min(start, cp.commit_flushed)
-            end = self._scan_and_replay(start, cq_from, index_from, None)
+            flushed = cp.commit_flushed if cp is not None else 0
+            end = self._scan_and_replay(start, cq_from, index_from, None, flushed)
             if cp is not None and end < cp.commit_flushed:
                 log.error(
                     "commit log is valid only up to %d but %d bytes were flushed before the crash: records in "
@@ -144,9 +150,15 @@ class Recovery:
             return end == self.commit_log.segments[-1].end
         return self.commit_log.read(end, 8) == bytes(8)
 
-    def _scan_and_replay(self, start: int, cq_from: int, index_from: int, stop_at: int | None) -> int:
+    def _scan_and_replay(self, start: int, cq_from: int, index_from: int, stop_at: int | None, flushed: int = 0) -> int:
         """Verify records from ``start``, re-dispatch those past the queues' and index's durable points, and cut
-        the log at the first invalid record (crash path) or check it ends at ``stop_at`` (clean path)."""
+        the log at its torn tail (crash path) or check it ends at ``stop_at`` (clean path).
+
+        Damage in the middle does not cut the log: a record whose body CRC fails is recorded as damaged (its
+        consume-queue entry stays, reads skip it), and bytes that are no record are recorded as a damaged range
+        when a sound record follows them; the scan resumes there. Only damage with nothing sound after it is a torn
+        tail. Zeros are the end of the data, unless the checkpoint says more than that was flushed (``flushed``).
+        """
         info = self.info
         cq, index = self.cq, self.index
         info.scan_start = start
@@ -158,62 +170,146 @@ class Recovery:
         index.truncate_after(index_from)
         expected = {(t, q): cq.max_offset(t, q) for t, q in cq.queues()}
         known = {k for k, v in expected.items() if v > 0}
-        result = ScanResult(start)
+        last_phys: dict[tuple[str, int], int] = {}  # the last replayed record of each queue
+        damaged: list[tuple[int, int]] = []  # ranges found by this scan, in log order
         cq_batch: list[DispatchRequest] = []
         index_batch: list[DispatchRequest] = []
         delay_levels = self.delay_levels
         end: int | None = None
-        scanner = self.commit_log.scan(
-            start, check_crc=self.check_crc, result=result, yield_from=min(cq_from, index_from)
-        )
         make_dispatch = dispatch_from_fields
-        try:
-            for phys, size, qid, qoff, sys_flag, ts, topic_raw, props_raw in scanner:
-                if stop_at is not None and phys >= stop_at:
-                    end = phys
-                    break
-                d = make_dispatch(phys, size, qid, qoff, sys_flag, ts, topic_raw, props_raw, delay_levels)
-                info.last_store_timestamp = ts
-                if phys >= cq_from:
-                    if (sys_flag & 0xC) in (0x0, 0x8):  # has a consume-queue entry
-                        key = (d.topic, qid)
-                        want = expected.get(key)
-                        if want is not None and key in known and qoff != want:
-                            result.reason = f"record at {phys} has queue offset {qoff}, {d.topic}:{qid} expects {want}"
-                            result.clean_end = False
-                            end = phys
-                            break
-                        expected[key] = qoff + 1
-                        known.add(key)
-                        info.cq_replayed += 1
-                    cq_batch.append(d)
-                    if len(cq_batch) >= _REPLAY_CHUNK:
-                        cq.put(cq_batch)
-                        cq_batch = []
-                if phys >= index_from:
-                    index_batch.append(d)
-                    info.index_replayed += 1
-                    if len(index_batch) >= _REPLAY_CHUNK:
-                        self._index(index_batch)
-                        index_batch = []
-        finally:
-            scanner.close()
+        yield_from = min(cq_from, index_from)
+
+        def gap_allowed(key: tuple[str, int]) -> bool:
+            # Records of this queue may have been lost in a damaged range since its last record.
+            return bool(damaged) and damaged[-1][0] >= last_phys.get(key, cq_from)
+
+        def fill_gap(key: tuple[str, int], want: int, upto: int, ts: int) -> None:
+            at, stop = damaged[-1]
+            for lost in range(want, upto):
+                cq_batch.append(DispatchRequest(key[0], key[1], lost, at, stop - at, 0, ts, 0))
+            log.error(
+                "consume queue %s:%d: offsets [%d, %d) were in damaged range [%d, %d); they are skipped",
+                key[0],
+                key[1],
+                want,
+                upto,
+                at,
+                stop,
+            )
+
+        def on_damaged(phys: int, size: int, why: str) -> None:
+            self._record_damage(phys, phys + size, why, "record")
+            damaged.append((phys, phys + size))
+            if phys < cq_from:
+                return  # its consume-queue entry is already on disk; reads skip it
+            data = self.commit_log.read(phys, size)
+            try:
+                view = RecordView(data)
+                topic, qid, qoff, sys_flag = view.topic, view.queue_id, view.queue_offset, view.sys_flag
+                ts = view.store_timestamp
+            except (RecordDecodeError, TypeError):
+                return  # its header is damaged too: the queue's next record shows the gap
+            if (sys_flag & 0xC) not in (0x0, 0x8):
+                return
+            key = (topic, qid)
+            want = expected.get(key)
+            if want is not None and key in known and qoff != want:
+                return  # a damaged queue offset: the queue's next record shows the gap
+            # The entry keeps the queue's offsets dense; reads find the record damaged and skip it.
+            cq_batch.append(DispatchRequest(topic, qid, qoff, phys, size, 0, ts, sys_flag))
+            expected[key] = qoff + 1
+            known.add(key)
+            last_phys[key] = phys
+
+        pos = start
+        while end is None:
+            result = ScanResult(pos)
+            scanner = self.commit_log.scan(
+                pos,
+                check_crc=self.check_crc,
+                result=result,
+                yield_from=yield_from,
+                on_damaged=on_damaged if self.check_crc else None,
+            )
+            try:
+                for phys, size, qid, qoff, sys_flag, ts, topic_raw, props_raw in scanner:
+                    if stop_at is not None and phys >= stop_at:
+                        end = phys
+                        break
+                    d = make_dispatch(phys, size, qid, qoff, sys_flag, ts, topic_raw, props_raw, delay_levels)
+                    info.last_store_timestamp = ts
+                    if phys >= cq_from:
+                        if (sys_flag & 0xC) in (0x0, 0x8):  # has a consume-queue entry
+                            key = (d.topic, qid)
+                            want = expected.get(key)
+                            if want is not None and key in known and qoff != want:
+                                if qoff > want and gap_allowed(key):
+                                    fill_gap(key, want, qoff, ts)
+                                else:
+                                    result.reason = (
+                                        f"record at {phys} has queue offset {qoff}, {d.topic}:{qid} expects {want}"
+                                    )
+                                    result.clean_end = False
+                                    end = phys
+                                    break
+                            expected[key] = qoff + 1
+                            known.add(key)
+                            last_phys[key] = phys
+                            info.cq_replayed += 1
+                        cq_batch.append(d)
+                        if len(cq_batch) >= _REPLAY_CHUNK:
+                            cq.put(cq_batch)
+                            cq_batch = []
+                    if phys >= index_from:
+                        index_batch.append(d)
+                        info.index_replayed += 1
+                        if len(index_batch) >= _REPLAY_CHUNK:
+                            self._index(index_batch)
+                            index_batch = []
+            finally:
+                scanner.close()
+            info.scanned_records += result.records
+            info.scanned_bytes += result.bytes
+            info.stop_reason = result.reason
+            if end is not None:
+                break
+            stop = result.end
+            if stop_at is not None and stop >= stop_at:
+                end = stop
+                break
+            if result.clean_end and not stop < flushed:
+                end = stop
+                break
+            # Damage, or zeros below what was flushed: keep what follows when a sound record does.
+            nxt = self.commit_log.next_sound_record(stop)
+            if stop_at is not None and nxt >= stop_at:
+                nxt = -1
+            if nxt < 0:
+                end = stop
+                break
+            self._record_damage(stop, nxt, result.reason, "range")
+            damaged.append((stop, nxt))
+            pos = nxt
         if cq_batch:
             cq.put(cq_batch)
         if index_batch:
             self._index(index_batch)
-        if end is None:
-            end = result.end
-        info.scanned_records = result.records
-        info.scanned_bytes = result.bytes
-        info.stop_reason = result.reason
         if stop_at is not None and end != stop_at:
-            log.error("commit log ends at %d (%s) although the clean checkpoint says %d", end, result.reason, stop_at)
+            log.error(
+                "commit log ends at %d (%s) although the clean checkpoint says %d", end, info.stop_reason, stop_at
+            )
         if stop_at is None or end != stop_at:
-            self._truncate_log(end, result)
+            self._truncate_log(end, info.stop_reason)
         cq.truncate_after(end)
         index.truncate_after(end)
         return end
+
+    def _record_damage(self, start: int, end: int, reason: str, kind: str) -> None:
+        seg = self.commit_log.find_segment(start)
+        path = seg.path if seg is not None else segment_name(start - start % self.commit_log.segment_size)
+        d = Damage(start, end, path, reason, kind)
+        self.info.damaged.append(d)
+        self.damage.add(d)
 
     def _index(self, batch: list[DispatchRequest]) -> None:
         if not self.deferred_index:
@@ -224,7 +320,7 @@ class Recovery:
                 log.error("key index replay stopped (%s); the rest is indexed once space is freed", exc)
         self.deferred_index += batch
 
-    def _truncate_log(self, end: int, result: ScanResult) -> None:
+    def _truncate_log(self, end: int, reason: str) -> None:
         info = self.info
         first, zeroed, deleted = self.commit_log.truncate(end)
         info.truncated_bytes = zeroed
@@ -234,7 +330,7 @@ class Recovery:
             log.warning(
                 "commit log: cut the torn tail at %d (%s): zeroed %d bytes [%d, %d)%s",
                 first,
-                result.reason,
+                reason,
                 zeroed,
                 first,
                 first + zeroed,

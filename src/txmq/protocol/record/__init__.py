@@ -64,7 +64,14 @@ from txmq.protocol.record.properties import (
     property_value,
 )
 from txmq.protocol.record.view import RecordView
-from txmq.protocol.record.walk import ScannedRecord, WalkResult, iter_views, walk_segment
+from txmq.protocol.record.walk import (
+    ScannedRecord,
+    WalkResult,
+    find_record,
+    iter_views,
+    record_damage,
+    walk_segment,
+)
 
 __all__ = [
     "BLANK_HEADER_SIZE",
@@ -105,6 +112,7 @@ __all__ = [
     "encode_parts",
     "encode_properties",
     "encode_record",
+    "find_record",
     "host_bytes",
     "iter_views",
     "java_string_hash",
@@ -115,6 +123,7 @@ __all__ = [
     "property_value",
     "read_record_size",
     "read_store_timestamp",
+    "record_damage",
     "stamp_record",
     "store_timestamp_pos",
     "tags_code",

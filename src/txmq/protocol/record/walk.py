@@ -65,7 +65,7 @@ def walk_segment(
     hop_to: int = 0,
     stop_at: int | None = None,
     skip_bad_crc: bool = False,
-    on_skip: Callable[[int, str], None] | None = None,
+    on_skip: Callable[[int, int, str], None] | None = None,  # (phys, size, why)
     views: bool = False,
     result: WalkResult | None = None,
 ) -> Iterator[Any]:
@@ -173,7 +173,7 @@ def walk_segment(
                     break
                 skipped += 1
                 if on_skip is not None:
-                    on_skip(phys, why)
+                    on_skip(phys, size, why)
                 pos = end
                 continue
             records += 1
@@ -220,3 +220,78 @@ def walk_segment(
 def iter_views(buf: Any, **options: Any) -> Iterator[RecordView]:
     """:func:`walk_segment` yielding a :class:`RecordView` per record."""
     return walk_segment(buf, views=True, **options)  # type: ignore[no-any-return]
+
+
+_MAGIC_BYTES = MAGIC_CODE.to_bytes(4, "big")
+_PHYS_POS = 28  # PHYSICALOFFSET, right after TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET
+
+
+def record_damage(buf: bytes, pos: int, size: int, phys: int) -> str | None:
+    """Why ``buf[pos:pos + size]`` is not the sound record the store put at commit-log offset ``phys``, or None.
+
+    Checks what a served record must satisfy: its TOTALSIZE, magic and PHYSICALOFFSET, field lengths that add up,
+    and the body CRC (RocketMQ's layout covers only the body with a CRC; damage to the topic or properties that
+    leaves the lengths intact cannot be seen). Called for every record a read serves, so it stays cheap.
+    """
+    if size < MIN_RECORD_SIZE or pos < 0 or pos + size > len(buf):
+        return f"record at {phys}: {size} bytes do not fit the read"
+    rec_size, magic, crc, _qid, _flag, _qoff, rec_phys, sys_flag = HEAD_TO_SYS_FLAG.unpack_from(buf, pos)
+    if magic != MAGIC_CODE:
+        return f"no record at {phys} (magic 0x{magic:08X})"
+    if rec_size != size:
+        return f"record at {phys} says TOTALSIZE {rec_size}, its queue entry {size}"
+    if rec_phys != phys:
+        return f"record at {phys} says its PHYSICALOFFSET is {rec_phys}"
+    end = pos + size
+    body_len_at = pos + _BODY_LEN_POS_V4
+    if sys_flag & BORN_V6:
+        body_len_at += V6_EXTRA
+    if sys_flag & STORE_V6:
+        body_len_at += V6_EXTRA
+    if body_len_at + 4 > end:
+        return f"record at {phys}: hosts do not fit in TOTALSIZE {size}"
+    (body_len,) = I32.unpack_from(buf, body_len_at)
+    body_start = body_len_at + 4
+    topic_len_at = body_start + body_len
+    if body_len < 0 or topic_len_at + 1 > end:
+        return f"record at {phys}: body length {body_len} does not fit in TOTALSIZE {size}"
+    topic_len = buf[topic_len_at]
+    props_len_at = topic_len_at + 1 + topic_len
+    if topic_len == 0 or topic_len > MAX_TOPIC_BYTES or props_len_at + 2 > end:
+        return f"record at {phys}: topic length {topic_len} is invalid"
+    (props_len,) = U16.unpack_from(buf, props_len_at)
+    if props_len_at + 2 + props_len != end:
+        return f"record at {phys}: field lengths do not add up to TOTALSIZE {size}"
+    if zlib.crc32(memoryview(buf)[body_start:topic_len_at]) & 0x7FFFFFFF != crc:
+        return f"body CRC mismatch in record at {phys}"
+    return None
+
+
+def find_record(buf: Any, base: int, start: int, limit: int) -> int:
+    """The first position at or after ``start`` (and before ``limit``) where a sound record begins, or -1.
+
+    How a walk gets past damage: a record carries its own commit-log offset (PHYSICALOFFSET), so a magic number
+    at the right distance from a matching offset, in a record whose lengths add up and whose body CRC holds, is a
+    record boundary and not a coincidence inside some body.
+    """
+    view = memoryview(buf)
+    try:
+        at = start + 4
+        while True:
+            found = buf.find(_MAGIC_BYTES, at, limit)
+            if found < 0:
+                return -1
+            pos = found - 4
+            at = found + 1
+            if pos < start or pos + MIN_RECORD_SIZE > limit:
+                continue
+            (rec_phys,) = I64.unpack_from(view, pos + _PHYS_POS)
+            if rec_phys != base + pos:
+                continue
+            (size,) = I32.unpack_from(view, pos)
+            if size < MIN_RECORD_SIZE or pos + size > limit:
+                continue
+            if record_damage(bytes(view[pos : pos + size]), 0, size, base + pos) is None:
+                return pos
+    finally:
+        view.release()
