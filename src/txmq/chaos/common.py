@@ -40,6 +40,9 @@ async def read_topic(namesrv: str, topic: str, *, tolerate_errors: bool = False)
                     if not tolerate_errors:
                         raise
                     break
+                if result.status is PullStatus.NO_MATCHED_MSG and result.next_begin_offset > offset:
+                    offset = result.next_begin_offset  # nothing servable there (a damaged record): move on
+                    continue
                 if result.status is not PullStatus.FOUND:
                     break
                 out.extend(result.messages)
