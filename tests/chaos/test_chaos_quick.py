@@ -1,6 +1,7 @@
 """CI's run of the fault campaign: ``txmq chaos --quick`` (at least 25 kill -9 trials, 2 disk-full cycles, 20 000
-fuzzed frames, the whole ACL matrix) as a separate process, judged from the JSON it writes. Its own pass/fail is
-not trusted: every count that must be zero is read back here, and so are the sizes that make the run mean something.
+fuzzed frames, the whole ACL matrix, damaged commit-log files) as a separate process, judged from the JSON it
+writes. Its own pass/fail is not trusted: every count that must be zero is read back here, and so are the sizes
+that make the run mean something.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_the_quick_campaign_finds_nothing(tmp_path: Path) -> None:
-    parts = ["crash", "fuzz", "acl"]
+    parts = ["crash", "fuzz", "acl", "corrupt"]
     if os.geteuid() == 0:
         parts.append("disk")  # mounting the small tmpfs needs root (CI runs as root)
     out = tmp_path / "chaos.json"
@@ -68,6 +69,9 @@ def test_the_quick_campaign_finds_nothing(tmp_path: Path) -> None:
     acl = got["acl"]
     assert acl["info"]["cells"] == 5 * 3 * 5 * acl["info"]["families"]
     assert acl["info"]["accepted"] > 0 and acl["info"]["refused"] > 0
+    corrupt = got["corrupt"]
+    assert set(corrupt["must_be_zero"]) >= {"not_reported_at_start", "served_damaged", "good_records_lost"}
+    assert sorted(corrupt["info"]) == ["flip after a clean stop", "smash after a kill -9"]
     if "disk" in got:
         assert got["disk"]["info"]["cycles"] >= 2 and got["disk"]["info"]["disk_full_refusals"] >= 2
     assert report["ok"] and proc.returncode == 0, proc.stdout[-2000:]

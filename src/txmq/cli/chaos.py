@@ -62,7 +62,7 @@ async def _campaign(args: argparse.Namespace, work: Path, parts: list[str]) -> A
         elif part == "corrupt":
             from txmq.chaos.corrupt import run_corrupt_campaign
 
-            report.parts.append(await run_corrupt_campaign(work / "corrupt", say))
+            report.parts.append(await run_corrupt_campaign(work / "corrupt", say, quick=args.quick))
         say(f"{part}: {'ok' if report.parts[-1].ok else 'FAILED'}")
     return report
 
@@ -74,8 +74,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    # The corrupt-file part fails today (docs/reliability.md), so CI's --quick leaves it out unless asked.
-    chosen = args.parts or ",".join(p for p in PARTS if not (args.quick and p == "corrupt"))
+    chosen = args.parts or ",".join(PARTS)
     parts = [p.strip() for p in chosen.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
@@ -114,7 +113,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument(
         "--parts",
         default=None,
-        help=f"comma-separated, from {','.join(PARTS)} (default all; --quick leaves out corrupt)",
+        help=f"comma-separated, from {','.join(PARTS)} (default all)",
     )
     p.add_argument("--trials", type=int, default=None, help="kill -9 trials of the crash campaign")
     p.add_argument("--frames", type=int, default=None, help="fuzzed frames sent to the 4.x door")
