@@ -230,3 +230,36 @@ def test_verify_command_lists_damage_with_offsets(
     assert cli_main(["admin", "store", "verify", "--data", str(root), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert [d["kind"] for d in report["damaged"]] == ["record", "range"]
+
+
+def test_reads_unchecked_when_turned_off_still_skip_recorded_damage(make_store: MakeStore, tmp_path: Path) -> None:
+    """checkCRCOnRead=false trades the per-read check for speed; damage on record (recovery, scrub) stays unserved."""
+    store = make_store(scrub_commit_log_on_start=False, check_crc_on_read=False)
+    acked = fill(store, 60)
+    bodies = sent_bodies(acked, store)
+    flip_body(tmp_path / "store", acked[7])
+    served = store.get_messages("T", 0, 0, 32, None, None, None)
+    assert served.message_count == 32  # the damaged one too: nothing checked it
+    assert decode_records(served.body, check_crc=False)[7].body != bodies[7]
+    store.shutdown()
+    store = make_store(root=tmp_path / "store", check_crc_on_read=False)  # the scrub records it
+    assert store.scrubber is not None and store.scrubber.join(30)
+    assert pull_all(store)[0] == bodies[:7] + bodies[8:]
+
+
+def test_record_damage_sees_every_byte_of_the_frame_and_body() -> None:
+    from txmq.protocol.record import encode_record, record_damage, stamp_record
+
+    data = encode_record(make_record("T", 0, b"0123456789" * 10, tags="x"))
+    stamp_record(data, 0, 5, 4096, 1)
+    rec = bytes(data)
+    assert record_damage(rec, 0, len(rec), 4096) is None
+    body_at = body_len_pos(0) + 4
+    # TOTALSIZE, magic, BODYCRC, PHYSICALOFFSET, BODYLEN and the body: any flipped bit there is seen.
+    covered = [*range(0, 12), *range(28, 36), *range(body_len_pos(0), body_at + 100)]
+    for at in covered:
+        for bit in (0, 7):
+            bad = bytearray(rec)
+            bad[at] ^= 1 << bit
+            assert record_damage(bytes(bad), 0, len(rec), 4096) is not None, (at, bit)
+    assert record_damage(rec, 0, len(rec), 4097) is not None  # not where its queue entry says

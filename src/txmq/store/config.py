@@ -65,6 +65,7 @@ class StoreConfig:
     max_transfer_count_on_message_in_memory: int = 32
     check_crc_on_recover: bool = True
     scrub_commit_log_on_start: bool = True  # txmq only: verify every segment in the background after a start
+    check_crc_on_read: bool = True  # txmq only: check every record a read serves (frame and body CRC)
     warm_mapped_file_enable: bool = False  # True selects Preallocate.ZERO
     preallocate: Preallocate = Preallocate.ZERO  # txmq only
     message_delay_level: str = DEFAULT_DELAY_LEVELS
@@ -174,6 +175,7 @@ ROCKETMQ_KEYS: dict[str, str] = {
     "maxTransferCountOnMessageInMemory": "max_transfer_count_on_message_in_memory",
     "checkCRCOnRecover": "check_crc_on_recover",
     "scrubCommitLogOnStart": "scrub_commit_log_on_start",
+    "checkCRCOnRead": "check_crc_on_read",
     "warmMapedFileEnable": "warm_mapped_file_enable",
     "messageDelayLevel": "message_delay_level",
     "maxHashSlotNum": "max_hash_slot_num",

@@ -13,6 +13,7 @@ from txmq.protocol.record import (
     MIN_RECORD_SIZE,
     MessageRecord,
     RecordView,
+    check_records,
     decode_record,
     read_store_timestamp,
     record_damage,
@@ -87,6 +88,8 @@ class Reads:
         if self._damage.contains(phys):
             self._refuse(phys, "in a damaged range on record")
             return False
+        if not self._config.check_crc_on_read:
+            return True
         why = record_damage(data, 0, len(data), phys)
         if why is not None:
             self._refuse(phys, why)
@@ -203,44 +206,33 @@ class Reads:
         buffers = commit_log.read_many(picked) if picked else []
         # Every served record is checked (frame and body CRC) where it lies in the buffers read; a damaged one is
         # left out and the consumer moves past it, as RocketMQ treats a message it cannot decode.
-        count = 0
-        bad = 0
-        read = 0
-        bi = 0
-        pos = 0
-        nbuf = len(buffers)
-        for phys, size in picked:
-            if bi >= nbuf:  # a segment vanished mid-read: return what was read, resume after it
-                break
-            buf = buffers[bi]
-            why = record_damage(buf, pos, size, phys)
-            if why is not None:
-                self._refuse(phys, why)
-                bad += 1
-            count += 1
-            read += size
-            pos += size
-            if pos >= len(buf):
-                bi += 1
-                pos = 0
-        if bad:
-            buffers = self._without_damaged(buffers, picked[:count])
+        if cfg.check_crc_on_read:
+            count, damaged = check_records(buffers, picked)  # count < len(picked): a segment vanished mid-read
+        else:
+            count, damaged = _covered(buffers, picked), []
+        if damaged:
+            for i, why in damaged:
+                self._refuse(picked[i][0], why)
+            bad = {i for i, _why in damaged}
+            buffers = self._without(buffers, picked[:count], bad)
+            count -= len(bad)
             read = sum(len(b) for b in buffers)
-            count -= bad
+        else:
+            read = total if count == len(picked) else sum(size for _phys, size in picked[:count])
         if not buffers:
             status = GetStatus.NO_MATCHED_MESSAGE if consumed else GetStatus.OFFSET_FOUND_NULL
             return GetMessageResult(status, offset + consumed, min_off, max_off)
         return GetMessageResult(GetStatus.FOUND, offset + consumed, min_off, max_off, buffers, count, read)
 
     @staticmethod
-    def _without_damaged(buffers: list[bytes], picked: list[tuple[int, int]]) -> list[bytes]:
-        """``buffers`` (``picked``'s records back to back) with only the sound records, one buffer each."""
+    def _without(buffers: list[bytes], picked: list[tuple[int, int]], bad: set[int]) -> list[bytes]:
+        """``buffers`` (``picked``'s records back to back) without the records whose index is in ``bad``."""
         out: list[bytes] = []
         bi = 0
         pos = 0
-        for phys, size in picked:
+        for i, (_phys, size) in enumerate(picked):
             buf = buffers[bi]
-            if record_damage(buf, pos, size, phys) is None:
+            if i not in bad:
                 out.append(buf[pos : pos + size])
             pos += size
             if pos >= len(buf):
@@ -307,3 +299,15 @@ class Reads:
                 if len(out) >= max_num:
                     break
         return out
+
+
+def _covered(buffers: list[bytes], picked: list[tuple[int, int]]) -> int:
+    """How many of ``picked`` the merged reads ``buffers`` hold (fewer when a segment vanished mid-read)."""
+    left = sum(len(b) for b in buffers)
+    count = 0
+    for _phys, size in picked:
+        if size > left:
+            break
+        left -= size
+        count += 1
+    return count

@@ -67,6 +67,7 @@ from txmq.protocol.record.view import RecordView
 from txmq.protocol.record.walk import (
     ScannedRecord,
     WalkResult,
+    check_records,
     find_record,
     iter_views,
     record_damage,
@@ -101,6 +102,7 @@ __all__ = [
     "WalkResult",
     "body_crc",
     "body_len_pos",
+    "check_records",
     "decode_batch",
     "decode_offset_msg_id",
     "decode_properties",

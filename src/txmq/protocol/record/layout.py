@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import Final
 
-MAGIC_CODE = 0xDAA320A7  # stored as the signed int -626843481
+MAGIC_CODE: Final = 0xDAA320A7  # stored as the signed int -626843481
 BLANK_MAGIC_CODE = 0xCBD43194  # end-of-file filler, signed -875286124
 
-MAX_TOPIC_BYTES = 127  # the topic length is a signed byte
+MAX_TOPIC_BYTES: Final = 127  # the topic length is a signed byte
 MAX_PROPERTIES_BYTES = 32767  # the properties length is a signed short
 BLANK_HEADER_SIZE = 8  # TOTALSIZE + BLANK_MAGIC_CODE
 
@@ -34,20 +35,20 @@ class SysFlag(enum.IntFlag):
 
 TRANSACTION_MASK = 0xC
 # Plain ints for hot paths: IntFlag arithmetic costs about a microsecond per operation.
-BORN_V6 = 0x10
-STORE_V6 = 0x20
+BORN_V6: Final = 0x10
+STORE_V6: Final = 0x20
 V6_HOSTS = BORN_V6 | STORE_V6
-V6_EXTRA = 12  # an IPv6 host takes 20 bytes instead of 8
+V6_EXTRA: Final = 12  # an IPv6 host takes 20 bytes instead of 8
 
 # -- fixed offsets (both hosts IPv4 for the fields after BORNHOST) ---------------------------------------------------
 TOTAL_SIZE_POS = 0
 MAGIC_POS = 4
-BODY_CRC_POS = 8
+BODY_CRC_POS: Final = 8
 QUEUE_ID_POS = 12
 FLAG_POS = 16
 QUEUE_OFFSET_POS = 20
-PHYSICAL_OFFSET_POS = 28  # right after QUEUEOFFSET: both are written with one QO_PO pack
-SYS_FLAG_POS = 36
+PHYSICAL_OFFSET_POS: Final = 28  # right after QUEUEOFFSET: both are written with one QO_PO pack
+SYS_FLAG_POS: Final = 36
 BORN_TIMESTAMP_POS = 40
 BORN_HOST_POS = 48
 _STORE_TIMESTAMP_POS = 56  # + V6_EXTRA with an IPv6 born host
@@ -75,7 +76,8 @@ FIXED_SIZE_V4 = FIXED[False, False].size  # 88: TOTALSIZE .. BODYLEN with IPv4 h
 
 # Smallest record: IPv4 hosts, empty body, a 0-byte topic and no properties (the topic length byte and the
 # properties length short still count). A record for a real topic is at least 92 bytes.
-MIN_RECORD_SIZE = FIXED_SIZE_V4 + 1 + 2  # 91
+MIN_RECORD_SIZE: Final = 91  # FIXED_SIZE_V4 + 1 + 2 (a literal, so that compiled modules inline it)
+assert MIN_RECORD_SIZE == FIXED_SIZE_V4 + 1 + 2
 
 
 def store_timestamp_pos(sys_flag: int) -> int:
