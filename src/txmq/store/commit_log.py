@@ -602,6 +602,11 @@ def _release_pages(seg: Segment) -> None:
         pass
 
 
+def release_scan_pages(seg: Segment) -> None:
+    """What a scan outside this module (the start-up scrub) calls when it is done with a segment's map."""
+    _release_pages(seg)
+
+
 def _close_segment(seg: Segment) -> None:
     seg.closed = True  # before the descriptor goes: see Segment
     try:

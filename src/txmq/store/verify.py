@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txmq.protocol.record import WalkResult, find_record, walk_segment
-from txmq.store.commit_log import SEGMENT_NAME_RE
+from txmq.store.commit_log import SEGMENT_NAME_RE, release_scan_pages
 from txmq.store.damage import Damage
 
 log = logging.getLogger("txmq.store")
@@ -184,6 +184,8 @@ class Scrubber:
                     verify_buffer(seg.mm, seg.start, seg.path, 0, limit, seg.start + seg.size >= self._end, report)
                 except ValueError:  # its map was closed: retention deleted it, or the store is closing
                     continue
+                finally:
+                    release_scan_pages(seg)  # its pages stay in the page cache, not in the broker's RSS
                 for d in report.damage[before:]:
                     self._on_damage(d)
         except Exception:
