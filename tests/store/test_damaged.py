@@ -263,3 +263,23 @@ def test_record_damage_sees_every_byte_of_the_frame_and_body() -> None:
             bad[at] ^= 1 << bit
             assert record_damage(bytes(bad), 0, len(rec), 4096) is not None, (at, bit)
     assert record_damage(rec, 0, len(rec), 4097) is not None  # not where its queue entry says
+
+
+def test_the_scrub_walk_in_chunks_finds_what_one_walk_finds(make_store: MakeStore, tmp_path: Path) -> None:
+    from txmq.store.verify import VerifyReport, verify_buffer
+
+    store = make_store()
+    acked = fill(store, 60)
+    store.shutdown()
+    root = tmp_path / "store"
+    flip_body(root, acked[5])
+    smash_frame(root, acked[30])
+    data = (root / "commitlog" / segment_names(root)[0]).read_bytes()
+    whole, chunked = VerifyReport("w"), VerifyReport("c")
+    verify_buffer(data, 0, "seg", 0, len(data), True, whole)
+    pauses: list[int] = []
+    verify_buffer(data, 0, "seg", 0, len(data), True, chunked, chunk=4096, pause=lambda: bool(pauses.append(1)))
+    assert len(pauses) > 5
+    assert [(d.start, d.end, d.kind) for d in chunked.damage] == [(d.start, d.end, d.kind) for d in whole.damage]
+    assert [d.start for d in whole.damage] == [acked[5].physical_offset, acked[30].physical_offset]
+    assert (chunked.records, chunked.bytes, chunked.end) == (whole.records, whole.bytes, whole.end)
