@@ -546,7 +546,7 @@ class CommitLog:
     # -- retention --------------------------------------------------------------------------------------------
 
     def delete_segment(self, seg: Segment) -> None:
-        """Remove a segment that is not the last one. A reader racing it gets None (the range is gone), never other bytes."""
+        """Remove a segment that is not the last one. A reader racing it gets None, never another file's bytes."""
         with self._lock:
             segs = self._segments
             if not segs or seg is segs[-1] or seg not in segs:
