@@ -106,3 +106,74 @@ async def test_separators_in_a_messages_text_fields_are_refused(door: Any, field
     assert dict(got.user_properties) == {"n\u4e2d": "v=|;"}
     assert got.system_properties.tag == "t\u00e9" and list(got.system_properties.keys) == ["k", "1"]
     assert got.system_properties.message_type == d.NORMAL
+
+
+# Found by the fuzzer: ReceiveMessage with a group named "x\x00..." auto-created the group; when the lease expired
+# its retry copy went to a topic whose consume-queue directory cannot exist, and every checkpoint of the store
+# failed from then on. Each RPC naming a consumer group now checks the name first.
+BAD_GROUPS = ["bad\x00group", "../../escape", "G\n", "x" * 121]
+
+
+@pytest.mark.parametrize("group", BAD_GROUPS)
+async def test_an_illegal_group_name_is_refused_by_every_rpc_naming_one(door: Any, group: str) -> None:
+    harness, stub = door
+    assert (await send(stub, message("GrpT"))).status.code == d.OK
+    resource = d.Resource(name=group)
+    topic = d.Resource(name="GrpT")
+    request = s.ReceiveMessageRequest(
+        group=resource,
+        message_queue=d.MessageQueue(topic=topic, id=-1),
+        filter_expression=d.FilterExpression(type=d.TAG, expression="*"),
+        batch_size=1,
+        invisible_duration=Duration(seconds=1),
+    )
+    answers = [r async for r in stub.ReceiveMessage(request, timeout=5)]
+    assert [a.status.code for a in answers] == [d.ILLEGAL_CONSUMER_GROUP]
+    calls = [
+        stub.QueryAssignment(s.QueryAssignmentRequest(topic=topic, group=resource), timeout=5),
+        stub.AckMessage(
+            s.AckMessageRequest(group=resource, topic=topic, entries=[s.AckMessageEntry(receipt_handle="h")]),
+            timeout=5,
+        ),
+        stub.ChangeInvisibleDuration(
+            s.ChangeInvisibleDurationRequest(
+                group=resource, topic=topic, receipt_handle="h", invisible_duration=Duration(seconds=5)
+            ),
+            timeout=5,
+        ),
+        stub.ForwardMessageToDeadLetterQueue(
+            s.ForwardMessageToDeadLetterQueueRequest(group=resource, topic=topic, receipt_handle="h"), timeout=5
+        ),
+        stub.Heartbeat(s.HeartbeatRequest(group=resource, client_type=d.SIMPLE_CONSUMER), timeout=5),
+    ]
+    for call in calls:
+        answer = await call
+        assert answer.status.code == d.ILLEGAL_CONSUMER_GROUP, answer
+    # Telemetry: the Settings of a consumer of that group are refused on the stream.
+    stream = stub.Telemetry(timeout=5)
+    await stream.write(
+        s.TelemetryCommand(
+            settings=d.Settings(client_type=d.SIMPLE_CONSUMER, subscription=d.Subscription(group=resource))
+        )
+    )
+    reply = await stream.read()
+    assert reply.status.code == d.ILLEGAL_CONSUMER_GROUP
+    stream.cancel()
+    assert group not in harness.broker.subscriptions.groups
+    assert not list(harness.root.rglob("*escape*"))
+
+
+async def test_a_topic_name_with_a_trailing_newline_is_refused(door: Any) -> None:
+    _, stub = door
+    route = await stub.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="NlT\n")), timeout=5)
+    assert route.status.code == d.ILLEGAL_TOPIC
+    sent = await send(stub, message("NlT\n"))
+    assert sent.status.code == d.BAD_REQUEST and "illegal characters" in sent.status.message
+    stream = stub.Telemetry(timeout=5)
+    await stream.write(
+        s.TelemetryCommand(
+            settings=d.Settings(client_type=d.PRODUCER, publishing=d.Publishing(topics=[d.Resource(name="NlT\n")]))
+        )
+    )
+    assert (await stream.read()).status.code == d.ILLEGAL_TOPIC
+    stream.cancel()
