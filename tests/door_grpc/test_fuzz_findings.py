@@ -177,3 +177,15 @@ async def test_a_topic_name_with_a_trailing_newline_is_refused(door: Any) -> Non
     )
     assert (await stream.read()).status.code == d.ILLEGAL_TOPIC
     stream.cancel()
+
+
+async def test_times_beyond_64_bits_are_refused_with_a_clear_status(door: Any) -> None:
+    """A born time past 2^63 ms was refused only by the store ("storing failed: MESSAGE_ILLEGAL"); a delivery time
+    past it was stored as a TIMER_DELIVER_MS no Java client can parse."""
+    _, stub = door
+    born = await send(stub, message("TimeT", born_timestamp=Timestamp(seconds=2**62)))
+    assert born.status.code == d.BAD_REQUEST and "born_timestamp" in born.status.message
+    late = await send(stub, message("TimeT", delivery_timestamp=Timestamp(seconds=2**62)))
+    assert late.status.code == d.ILLEGAL_DELIVERY_TIME
+    ok = await send(stub, message("TimeT", born_timestamp=Timestamp(seconds=1_700_000_000)))
+    assert ok.status.code == d.OK

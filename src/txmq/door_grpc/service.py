@@ -137,6 +137,9 @@ def answering(response_type: type[R]) -> Callable[[Callable[..., Awaitable[R]]],
     return wrap
 
 
+JAVA_LONG_MAX = 2**63 - 1
+
+
 def _peer_ip(context: grpc.aio.ServicerContext) -> str:
     return peer_of(context.peer() or "")[0]
 
@@ -538,6 +541,8 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         else:
             queue_id = zlib.crc32(sp.message_id.encode()) % writable
         born_ms = timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else self.clock.now_ms()
+        if not 0 <= born_ms <= JAVA_LONG_MAX:
+            raise Refused(d.BAD_REQUEST, f"born_timestamp ({born_ms} ms) is not a time a record can hold")
         record = MessageRecord(
             topic=topic,
             body=body,
@@ -563,6 +568,8 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
             if group:
                 raise Refused(d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a FIFO message cannot have a delivery time")
             deliver_ms = timestamp_ms(sp.delivery_timestamp)
+            if deliver_ms > JAVA_LONG_MAX:  # TIMER_DELIVER_MS would be a number no client parses
+                raise Refused(d.ILLEGAL_DELIVERY_TIME, f"delivery_timestamp ({deliver_ms} ms) is beyond any time")
             delay_ms = deliver_ms - self.clock.now_ms()
             if delay_ms > 0 and self.delay_levels_ms:
                 props[PROP_DELIVER_MS] = str(deliver_ms)
