@@ -693,7 +693,7 @@ class Blaster:
 
     def _ended(self, method: str, exc: grpc.aio.AioRpcError | None, data: bytes) -> None:
         if exc is None:
-            self.stats["answered"] += 1
+            self.stats["answered"] += 1  # unary calls (and ReceiveMessage streams) the door answered
             return
         code = exc.code()
         self.stats[f"grpc {code.name}"] += 1
@@ -745,6 +745,7 @@ class Blaster:
             async for reply in stream:
                 self._count_reply("Telemetry", reply)
             await writer
+            self.stats["telemetry_streams_ended_by_the_door"] += 1
         except grpc.aio.AioRpcError as exc:
             # The door keeps a Telemetry stream open until the client goes: the deadline ends it.
             if exc.code() is not grpc.StatusCode.DEADLINE_EXCEEDED:
