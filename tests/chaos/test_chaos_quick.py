@@ -65,6 +65,8 @@ def test_the_quick_campaign_finds_nothing(tmp_path: Path) -> None:
     assert fuzz["info"]["frames"] >= 20_000
     assert fuzz["info"]["good_client_round_trips"] > 0
     assert fuzz["info"]["captured_codes"] + fuzz["info"]["built_codes"] >= 60
+    # Seeds captured from txmq's client, whether the hot path runs compiled (CI) or interpreted.
+    assert fuzz["info"]["captured_codes"] >= 20
     grpc_fuzz = got["grpc-fuzz"]
     assert grpc_fuzz["info"]["requests"] >= 1_900 and grpc_fuzz["info"]["raw_connections"] >= 10
     assert grpc_fuzz["info"]["good_client_round_trips"] > 0
