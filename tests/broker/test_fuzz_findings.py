@@ -146,7 +146,9 @@ async def test_creating_a_group_with_an_illegal_name_is_refused(tmp_path: Path, 
     try:
         conn = await broker.connect()
         body = orjson.dumps({"groupName": group})
-        answer = await conn.request(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body), 5)
+        answer = await conn.request(
+            RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body), 5
+        )
         assert answer.code == ResponseCode.SYSTEM_ERROR and "group" in (answer.remark or "")
         assert group not in app.subscriptions.groups
     finally:

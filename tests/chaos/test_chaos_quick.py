@@ -1,6 +1,7 @@
 """CI's run of the fault campaign: ``txmq chaos --quick`` (at least 25 kill -9 trials, 2 disk-full cycles, 20 000
-fuzzed frames, 2 000 fuzzed gRPC requests, the whole ACL matrix) as a separate process, judged from the JSON it writes. Its own pass/fail is
-not trusted: every count that must be zero is read back here, and so are the sizes that make the run mean something.
+fuzzed frames, 2 000 fuzzed gRPC requests, the whole ACL matrix) as a separate process, judged from the JSON it
+writes. Its own pass/fail is not trusted: every count that must be zero is read back here, and so are the sizes that
+make the run mean something.
 """
 
 from __future__ import annotations

@@ -239,9 +239,7 @@ async def capture_session(endpoint: str) -> tuple[list[Seed], Counter[str]]:
         await rec.call(
             "SendMessage",
             s.SendMessageRequest(
-                messages=[
-                    _message(FUZZ_TOPIC, zlib.compress(b"z" * 6000, wbits=31), nxt(), body_encoding=d.GZIP)
-                ]
+                messages=[_message(FUZZ_TOPIC, zlib.compress(b"z" * 6000, wbits=31), nxt(), body_encoding=d.GZIP)]
             ),
         )
         await rec.call(
@@ -266,7 +264,9 @@ async def capture_session(endpoint: str) -> tuple[list[Seed], Counter[str]]:
         )
         await rec.call(
             "SendMessage",
-            s.SendMessageRequest(messages=[_message(FUZZ_TOPIC, f"b{i}".encode(), nxt(), queue_id=i) for i in range(3)]),
+            s.SendMessageRequest(
+                messages=[_message(FUZZ_TOPIC, f"b{i}".encode(), nxt(), queue_id=i) for i in range(3)]
+            ),
         )
         tx_ids = []
         for _ in range(2):
@@ -298,6 +298,7 @@ async def capture_session(endpoint: str) -> tuple[list[Seed], Counter[str]]:
                     source=d.SOURCE_CLIENT,
                 ),
             )
+
         # Receive (the door's pop), then ack one, change another's invisible time, forward a third to the DLQ.
         def receive(expression: str) -> s.ReceiveMessageRequest:
             return s.ReceiveMessageRequest(
@@ -313,14 +314,18 @@ async def capture_session(endpoint: str) -> tuple[list[Seed], Counter[str]]:
         await rec.stream("ReceiveMessage", receive("TagA || TagB"))
         await rec.call(
             "SendMessage",
-            s.SendMessageRequest(messages=[_message(FUZZ_TOPIC, f"c{i}".encode(), nxt(), queue_id=i) for i in range(4)]),
+            s.SendMessageRequest(
+                messages=[_message(FUZZ_TOPIC, f"c{i}".encode(), nxt(), queue_id=i) for i in range(4)]
+            ),
         )
         handles: list[tuple[str, str]] = []
         deadline = time.monotonic() + 15
         while len(handles) < 3 and time.monotonic() < deadline:
             for answer in await rec.stream("ReceiveMessage", receive("*")):
                 if answer.HasField("message"):
-                    handles.append((answer.message.system_properties.message_id, answer.message.system_properties.receipt_handle))
+                    handles.append(
+                        (answer.message.system_properties.message_id, answer.message.system_properties.receipt_handle)
+                    )
         if len(handles) < 3:
             raise RuntimeError(f"the seeding session received {len(handles)} messages, not 3")
         (m1, h1), (m2, h2), (m3, h3) = handles[:3]
@@ -497,7 +502,9 @@ def _mutate_fields(rng: random.Random, fields: list[Field], depth: int = 0) -> l
     if not fields or choice < 0.08:  # an unknown (or any) field added
         wire = rng.choice([0, 1, 2, 5])
         value: Any = {0: rng.choice(_VARINTS), 1: rng.randbytes(8), 2: rng.choice(_TEXTS), 5: rng.randbytes(4)}[wire]
-        fields.insert(rng.randint(0, len(fields)), (rng.choice([1, 2, 3, 4, 5, 6, 7, 15, 16, 99, 536870911]), wire, value))
+        fields.insert(
+            rng.randint(0, len(fields)), (rng.choice([1, 2, 3, 4, 5, 6, 7, 15, 16, 99, 536870911]), wire, value)
+        )
         return fields
     i = rng.randrange(len(fields))
     number, wire, value = fields[i]
@@ -509,9 +516,13 @@ def _mutate_fields(rng: random.Random, fields: list[Field], depth: int = 0) -> l
         fields[i] = (rng.choice([n for n, _, _ in fields] + [number + 1, max(1, number - 1)]), wire, value)
     elif choice < 0.38:  # another wire type for the same field
         other = rng.choice([w for w in (0, 1, 2, 5) if w != wire])
-        fields[i] = (number, other, {0: rng.choice(_VARINTS), 1: rng.randbytes(8), 2: rng.choice(_TEXTS), 5: rng.randbytes(4)}[other])
+        fields[i] = (
+            number,
+            other,
+            {0: rng.choice(_VARINTS), 1: rng.randbytes(8), 2: rng.choice(_TEXTS), 5: rng.randbytes(4)}[other],
+        )
     elif wire == 0:
-        fields[i] = (number, 0, rng.choice(_VARINTS + [rng.getrandbits(64), value ^ (1 << rng.randrange(64))]))
+        fields[i] = (number, 0, rng.choice([*_VARINTS, rng.getrandbits(64), value ^ (1 << rng.randrange(64))]))
     elif wire == 2:
         inner = parse_wire(value) if value else None
         if inner is not None and depth < 4 and rng.random() < 0.6:
@@ -559,7 +570,7 @@ def fuzz_metadata(rng: random.Random) -> list[tuple[str, str]] | None:
     if rng.random() > 0.2:
         return None
     return [
-        ("x-mq-client-id", rng.choice(_ODD_META + [f"fuzz@{rng.randrange(50)}"])),
+        ("x-mq-client-id", rng.choice([*_ODD_META, f"fuzz@{rng.randrange(50)}"])),
         ("x-mq-language", rng.choice(_ODD_META)),
     ]
 
@@ -725,7 +736,8 @@ class Blaster:
             self.failures.append(f"{method}: the answer does not parse: {exc}")
             return
         if parsed.HasField("status"):
-            self.stats[f"status {d.Code.Name(parsed.status.code) if parsed.status.code in d.Code.values() else parsed.status.code}"] += 1
+            code = parsed.status.code
+            self.stats[f"status {d.Code.Name(code) if code in d.Code.values() else code}"] += 1
 
     async def _telemetry(self, call: Any, seed: Seed, batch: int) -> None:
         metadata = fuzz_metadata(self.rng)
