@@ -41,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from txmq.chaos.common import check_broker
 from txmq.chaos.report import PartResult
 from txmq.client import (
     Admin,
@@ -667,10 +668,7 @@ async def run_fuzz_campaign(settings: FuzzSettings, work_dir: Path, progress: An
                 )
             )
             done = [d + n for d, n in zip(done, steps, strict=True)]
-            if cluster.proc is None or cluster.proc.poll() is not None:
-                result.fail("broker_crashes", f"the broker died after {stats['frames']} frames")
-                cluster.proc = None
-                cluster.start(timeout=60)
+            check_broker(cluster, result, f"after {stats['frames']} frames", restart=True)
             if progress:
                 progress(
                     f"fuzz: {stats['frames']}/{settings.frames} frames, good client {good.ok} ok, "
@@ -679,8 +677,7 @@ async def run_fuzz_campaign(settings: FuzzSettings, work_dir: Path, progress: An
         await asyncio.sleep(1.0)
         good.stop.set()
         await asyncio.wait_for(good_task, 30)
-        if cluster.proc is None or cluster.proc.poll() is not None:
-            result.fail("broker_crashes", "the broker is not running at the end")
+        check_broker(cluster, result, "by the end", restart=False)
         for error in good.errors:
             result.fail("good_client_errors", error)
         result.info["good_client_round_trips"] = good.ok

@@ -45,6 +45,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message_factory import GetMessageClass
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from txmq.chaos.common import check_broker
 from txmq.chaos.fuzz import unhandled_lines
 from txmq.chaos.report import PartResult
 from txmq.client import Admin
@@ -886,10 +887,7 @@ async def run_grpc_fuzz_campaign(settings: GrpcFuzzSettings, work_dir: Path, pro
             await asyncio.gather(*(b.run(n) for b, n in zip(blasters, steps, strict=True) if n), raws(raw_step))
             done = [a + n for a, n in zip(done, steps, strict=True)]
             raw_done += raw_step
-            if cluster.proc is None or cluster.proc.poll() is not None:
-                result.fail("broker_crashes", f"the broker died after {stats['requests']} requests")
-                cluster.proc = None
-                cluster.start(timeout=60)
+            check_broker(cluster, result, f"after {stats['requests']} requests", restart=True)
             if progress:
                 progress(
                     f"grpc-fuzz: {stats['requests']}/{settings.requests - raw} requests, {stats['raw_connections']} "
@@ -898,8 +896,7 @@ async def run_grpc_fuzz_campaign(settings: GrpcFuzzSettings, work_dir: Path, pro
         await asyncio.sleep(1.0)
         good.stop.set()
         await asyncio.wait_for(good_task, 60)
-        if cluster.proc is None or cluster.proc.poll() is not None:
-            result.fail("broker_crashes", "the broker is not running at the end")
+        check_broker(cluster, result, "by the end", restart=False)
         for blaster in blasters:
             for failure in blaster.failures:
                 result.fail("door_failures", failure)
