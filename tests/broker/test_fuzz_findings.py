@@ -84,3 +84,81 @@ async def test_a_lock_body_that_is_not_an_object_is_refused(
         assert handler_failures(caplog) == []
     finally:
         await broker.stop()
+
+
+# Found by fuzzing the gRPC door: a consumer group named with a NUL byte was auto-created, its pop lease expired and
+# the retry copy went to "%RETRY%<group>"; the consume queue's directory could not be made, so from then on every
+# checkpoint of the store failed (every second, for every queue). A group named "../../x" would have put that
+# directory outside the store. The 4.x door reached the same through a heartbeat (auto-creation of the group and
+# its retry topic) and CONSUMER_SEND_MSG_BACK. Group names are now checked before a group is auto-created.
+BAD_GROUPS = ["bad\x00group", "../../escape", "G\n", "a/b", "x" * 121, " "]
+
+
+async def test_a_heartbeat_auto_creates_no_group_with_an_illegal_name(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import orjson
+
+    from txmq.broker.topics import retry_topic
+
+    broker = InProcessBroker(tmp_path)
+    app = await broker.start()
+    try:
+        conn = await broker.connect()
+        groups = [*BAD_GROUPS, "Good_Group-1"]
+        body = orjson.dumps(
+            {
+                "clientID": "fuzz@1",
+                "producerDataSet": [],
+                "consumerDataSet": [
+                    {
+                        "groupName": g,
+                        "consumeType": "CONSUME_PASSIVELY",
+                        "messageModel": "CLUSTERING",
+                        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                        "subscriptionDataSet": [],
+                        "unitMode": False,
+                    }
+                    for g in groups
+                ],
+            }
+        )
+        with caplog.at_level(logging.ERROR):
+            answer = await conn.request(RemotingCommand.request(RequestCode.HEART_BEAT, {}, body), 5)
+        assert answer.code == ResponseCode.SUCCESS
+        assert set(app.subscriptions.groups) >= {"Good_Group-1"}
+        for group in BAD_GROUPS:
+            assert group not in app.subscriptions.groups
+            assert app.topics.get(retry_topic(group)) is None
+        assert app.topics.get(retry_topic("Good_Group-1")) is not None
+        assert handler_failures(caplog) == []
+        assert not [p for p in (tmp_path).rglob("*escape*")]
+    finally:
+        await broker.stop()
+
+
+@pytest.mark.parametrize("group", BAD_GROUPS)
+async def test_creating_a_group_with_an_illegal_name_is_refused(tmp_path: Path, group: str) -> None:
+    import orjson
+
+    broker = InProcessBroker(tmp_path)
+    app = await broker.start()
+    try:
+        conn = await broker.connect()
+        body = orjson.dumps({"groupName": group})
+        answer = await conn.request(
+            RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body), 5
+        )
+        assert answer.code == ResponseCode.SYSTEM_ERROR and "group" in (answer.remark or "")
+        assert group not in app.subscriptions.groups
+    finally:
+        await broker.stop()
+
+
+def test_a_topic_or_group_name_with_a_trailing_newline_is_illegal() -> None:
+    """Python's ``$`` matches before a final newline: "T\\n" passed the topic check (Java's ``matches`` does not)."""
+    from txmq.broker.topics import validate_group, validate_topic
+
+    assert validate_topic("T") is None and validate_group("G") is None
+    assert validate_topic("T\n") is not None and validate_group("G\n") is not None
+    assert validate_group("x" * 120) is None and validate_group("x" * 121) is not None

@@ -1,7 +1,7 @@
 """CI's run of the fault campaign: ``txmq chaos --quick`` (at least 25 kill -9 trials, 2 disk-full cycles, 20 000
-fuzzed frames, the whole ACL matrix, damaged commit-log files) as a separate process, judged from the JSON it
-writes. Its own pass/fail is not trusted: every count that must be zero is read back here, and so are the sizes
-that make the run mean something.
+fuzzed frames, 2 000 fuzzed gRPC requests, the whole ACL matrix, damaged commit-log files) as a separate process,
+judged from the JSON it writes. Its own pass/fail is not trusted: every count that must be zero is read back here, and
+so are the sizes that make the run mean something.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_the_quick_campaign_finds_nothing(tmp_path: Path) -> None:
-    parts = ["crash", "fuzz", "acl", "corrupt"]
+    parts = ["crash", "fuzz", "grpc-fuzz", "acl", "corrupt"]
     if os.geteuid() == 0:
         parts.append("disk")  # mounting the small tmpfs needs root (CI runs as root)
     out = tmp_path / "chaos.json"
@@ -66,6 +66,14 @@ def test_the_quick_campaign_finds_nothing(tmp_path: Path) -> None:
     assert fuzz["info"]["frames"] >= 20_000
     assert fuzz["info"]["good_client_round_trips"] > 0
     assert fuzz["info"]["captured_codes"] + fuzz["info"]["built_codes"] >= 60
+    # Seeds captured from txmq's client, whether the hot path runs compiled (CI) or interpreted.
+    assert fuzz["info"]["captured_codes"] >= 20
+    grpc_fuzz = got["grpc-fuzz"]
+    assert grpc_fuzz["info"]["requests"] >= 1_900 and grpc_fuzz["info"]["raw_connections"] >= 10
+    assert grpc_fuzz["info"]["good_client_round_trips"] > 0
+    assert grpc_fuzz["info"]["captured_methods"] >= 11  # every RPC the door serves, Telemetry included
+    assert grpc_fuzz["info"]["built_methods"] == 6
+    assert grpc_fuzz["info"]["answered"] > 0
     acl = got["acl"]
     assert acl["info"]["cells"] == 5 * 3 * 5 * acl["info"]["families"]
     assert acl["info"]["accepted"] > 0 and acl["info"]["refused"] > 0

@@ -74,3 +74,33 @@ def test_a_full_disk_refuses_appends_clearly_keeps_reads_and_resumes_without_reo
         assert store.query_by_key("T", f"k{len(acked) - 1}", 10, 0, 2**62) == [acked[-1][0]]
     finally:
         store.shutdown()
+
+
+def test_a_consume_queue_write_failed_by_a_full_disk_leaves_its_pending_entries_appendable(small_disk: Path) -> None:
+    """Found by the long disk campaign (cycle 10 of 20): a consume-queue spill at a checkpoint failed with ENOSPC.
+    The exception carries the failed write's frame, which held memoryviews of the queue's in-memory entries; while
+    the checkpoint thread was still handling it (logging it), the writer thread appended to those entries, got
+    BufferError ("Existing exports of data: object cannot be re-sized") and the store refused every append until
+    restart. Here the exception is simply kept while the next entries are appended."""
+    from txmq.errors import StoreError
+    from txmq.store.consume_queue import ConsumeQueueStore
+    from txmq.store.dispatch import DispatchRequest
+
+    def dispatch(n: int) -> DispatchRequest:
+        return DispatchRequest("T", 0, n, n * 100, 100, 0, 1_700_000_000_000, 0)
+
+    cq = ConsumeQueueStore(small_disk / "cq", entries_per_file=CQ // 20)
+    cq.put([dispatch(n) for n in range(10)])  # held in memory (below the spill size)
+    ballast = small_disk / "ballast"
+    fill(ballast, leave=0)
+    with pytest.raises(StoreError, match="No space left") as caught:
+        cq.flush()
+    cq.put([dispatch(n) for n in range(10, 20)])  # BufferError here before the fix
+    assert caught.value is not None  # (still alive during the put)
+    assert [e[0] for e in cq.read("T", 0, 0, 100)] == [n * 100 for n in range(20)]
+    ballast.unlink()
+    cq.flush()
+    cq.close()
+    reopened = ConsumeQueueStore(small_disk / "cq", entries_per_file=CQ // 20)
+    assert [e[0] for e in reopened.read("T", 0, 0, 100)] == [n * 100 for n in range(20)]
+    reopened.close()

@@ -12,7 +12,7 @@ import orjson
 from txmq.broker.fastjson import mq_key, with_object_map
 from txmq.broker.filters import unsupported_remark
 from txmq.broker.subscriptions import SubscriptionGroupConfig
-from txmq.broker.topics import PERM_READ, PERM_WRITE, TopicConfig, retry_topic, validate_topic
+from txmq.broker.topics import PERM_READ, PERM_WRITE, TopicConfig, retry_topic, validate_group, validate_topic
 from txmq.errors import FilterExpressionError
 from txmq.filter import is_tag_type
 from txmq.protocol.codes import RequestCode, ResponseCode
@@ -377,6 +377,9 @@ class AdminProcessor:
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"invalid subscription group config: {exc}")
+        problem = validate_group(cfg.group_name)
+        if problem is not None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, problem)
         self.subscriptions.upsert(cfg)
         return cmd.response()
 

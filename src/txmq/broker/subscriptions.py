@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from txmq.broker.topics import validate_group
 from txmq.util import atomic_write_json
 
 log = logging.getLogger("txmq.broker")
@@ -47,9 +48,10 @@ class SubscriptionGroupManager:
             atomic_write_json(self._path, {"subscriptionGroupTable": {n: asdict(c) for n, c in self.groups.items()}})
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
-        """The group's config, created with defaults when auto-creation is on."""
+        """The group's config, created with defaults when auto-creation is on and ``group`` is a valid name (its
+        retry topic, named after it, becomes a directory of the store)."""
         cfg = self.groups.get(group)
-        if cfg is None and self.auto_create:
+        if cfg is None and self.auto_create and validate_group(group) is None:
             cfg = self.upsert(SubscriptionGroupConfig(group))
         return cfg
 

@@ -49,8 +49,27 @@ def validate_topic(topic: str | None) -> str | None:
         return "The specified topic is blank."
     if len(topic) > MAX_TOPIC_LENGTH:
         return f"The specified topic is longer than topic max length {MAX_TOPIC_LENGTH}."
-    if not _TOPIC_RE.match(topic):
+    if not _TOPIC_RE.fullmatch(topic):  # fullmatch: ``$`` alone lets a trailing newline through
         return f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+# A group's retry and dead-letter topics (``%RETRY%<group>``, ``%DLQ%<group>``) must be valid topics too: the store
+# keeps a topic of at most MAX_TOPIC_LENGTH characters, and a consume queue's directory is named after it.
+MAX_GROUP_LENGTH = MAX_TOPIC_LENGTH - len(retry_topic(""))
+
+
+def validate_group(group: str | None) -> str | None:
+    """Return why ``group`` is not a valid consumer group name, or None when it is."""
+    if not group or not group.strip():
+        return "The specified group is blank."
+    if len(group) > MAX_GROUP_LENGTH:
+        return (
+            f"The specified group is longer than {MAX_GROUP_LENGTH} characters (its retry topic "
+            f"{retry_topic('')}<group> must fit the topic max length {MAX_TOPIC_LENGTH})."
+        )
+    if not _TOPIC_RE.fullmatch(group):
+        return f"The specified group[{group[:200]}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     return None
 
 

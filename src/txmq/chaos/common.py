@@ -1,11 +1,14 @@
-"""What the campaign parts share: creating a topic on a fresh cluster and reading a topic back whole."""
+"""What the campaign parts share: creating a topic on a fresh cluster, reading a topic back whole, counting a
+broker that died."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
+from txmq.chaos.report import PartResult
 from txmq.client import Admin, MessageExt, PullConsumer, PullStatus
+from txmq.testing import DevCluster
 
 
 async def create_topics(namesrv: str, topics: dict[str, int]) -> None:
@@ -48,3 +51,12 @@ async def read_topic(namesrv: str, topic: str, *, tolerate_errors: bool = False)
                 out.extend(result.messages)
                 offset = result.next_begin_offset
     return out
+
+
+def check_broker(cluster: DevCluster, result: PartResult, when: str, *, restart: bool) -> None:
+    """Count a broker crash (its process is gone) as ``broker_crashes``; with ``restart``, start it again."""
+    if cluster.proc is None or cluster.proc.poll() is not None:
+        result.fail("broker_crashes", f"the broker died {when}")
+        if restart:
+            cluster.proc = None
+            cluster.start(timeout=60)

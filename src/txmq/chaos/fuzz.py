@@ -41,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from txmq.chaos.common import check_broker
 from txmq.chaos.report import PartResult
 from txmq.client import (
     Admin,
@@ -119,29 +120,42 @@ class FuzzSettings:
 
 
 class Capture:
-    """Records the requests txmq's client writes to one port, by wrapping ``Connection._send`` in this process."""
+    """Records the requests txmq's client writes to one port, by wrapping ``Connection.request`` and
+    ``Connection.send_oneway`` in this process. (Not ``Connection._send``: when the hot path runs compiled, the
+    connection's own methods call it directly and a wrapper there never sees a frame.)"""
 
     def __init__(self, port: int) -> None:
         self.port = port
         self.frames: list[RemotingCommand] = []
-        self._original: Any = None
+        self._originals: dict[str, Any] = {}
+
+    def _record(self, conn: Connection, cmd: RemotingCommand, oneway: bool) -> None:
+        peer = getattr(conn, "peer", None)
+        if peer is not None and peer[1] == self.port:
+            frame = copy.deepcopy(cmd)
+            frame.flag = (frame.flag | 2) & ~1 if oneway else frame.flag & ~3
+            self.frames.append(frame)
 
     def __enter__(self) -> Capture:
-        original = Connection._send
+        request, send_oneway = Connection.request, Connection.send_oneway
         capture = self
 
-        def recording(conn: Connection, cmd: RemotingCommand) -> None:
-            peer = getattr(conn, "peer", None)
-            if not cmd.flag & 1 and peer is not None and peer[1] == capture.port:
-                capture.frames.append(copy.deepcopy(cmd))
-            original(conn, cmd)
+        async def recording_request(conn: Connection, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+            capture._record(conn, cmd, False)
+            return await request(conn, cmd, timeout)
 
-        self._original = original
-        Connection._send = recording  # type: ignore[method-assign]
+        def recording_oneway(conn: Connection, cmd: RemotingCommand) -> None:
+            capture._record(conn, cmd, True)
+            send_oneway(conn, cmd)
+
+        self._originals = {"request": request, "send_oneway": send_oneway}
+        Connection.request = recording_request  # type: ignore[method-assign]
+        Connection.send_oneway = recording_oneway  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        Connection._send = self._original  # type: ignore[method-assign]
+        for name, original in self._originals.items():
+            setattr(Connection, name, original)
 
 
 async def capture_session(cluster: DevCluster) -> list[RemotingCommand]:
@@ -654,10 +668,7 @@ async def run_fuzz_campaign(settings: FuzzSettings, work_dir: Path, progress: An
                 )
             )
             done = [d + n for d, n in zip(done, steps, strict=True)]
-            if cluster.proc is None or cluster.proc.poll() is not None:
-                result.fail("broker_crashes", f"the broker died after {stats['frames']} frames")
-                cluster.proc = None
-                cluster.start(timeout=60)
+            check_broker(cluster, result, f"after {stats['frames']} frames", restart=True)
             if progress:
                 progress(
                     f"fuzz: {stats['frames']}/{settings.frames} frames, good client {good.ok} ok, "
@@ -666,8 +677,7 @@ async def run_fuzz_campaign(settings: FuzzSettings, work_dir: Path, progress: An
         await asyncio.sleep(1.0)
         good.stop.set()
         await asyncio.wait_for(good_task, 30)
-        if cluster.proc is None or cluster.proc.poll() is not None:
-            result.fail("broker_crashes", "the broker is not running at the end")
+        check_broker(cluster, result, "by the end", restart=False)
         for error in good.errors:
             result.fail("good_client_errors", error)
         result.info["good_client_round_trips"] = good.ok

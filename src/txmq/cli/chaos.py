@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-PARTS = ("crash", "fuzz", "acl", "disk", "corrupt")
+PARTS = ("crash", "fuzz", "grpc-fuzz", "acl", "disk", "corrupt")
 # --quick: what CI runs (the counts the issue asks of CI); the long defaults: a dedicated run.
-QUICK = {"trials": 25, "frames": 20_000, "disk_cycles": 2}
-LONG = {"trials": 1000, "frames": 1_000_000, "disk_cycles": 20}
+QUICK = {"trials": 25, "frames": 20_000, "grpc_requests": 2_000, "disk_cycles": 2}
+LONG = {"trials": 1000, "frames": 1_000_000, "grpc_requests": 200_000, "disk_cycles": 20}
 
 
 def _progress(quiet: bool) -> Any:
@@ -48,6 +48,14 @@ async def _campaign(args: argparse.Namespace, work: Path, parts: list[str]) -> A
 
             report.parts.append(
                 await run_fuzz_campaign(FuzzSettings(frames=args.frames, seed=args.seed), work / "fuzz", say)
+            )
+        elif part == "grpc-fuzz":
+            from txmq.chaos.fuzz_grpc import GrpcFuzzSettings, run_grpc_fuzz_campaign
+
+            report.parts.append(
+                await run_grpc_fuzz_campaign(
+                    GrpcFuzzSettings(requests=args.grpc_requests, seed=args.seed), work / "grpc-fuzz", say
+                )
             )
         elif part == "acl":
             from txmq.chaos.acl_matrix import run_acl_matrix
@@ -117,6 +125,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     )
     p.add_argument("--trials", type=int, default=None, help="kill -9 trials of the crash campaign")
     p.add_argument("--frames", type=int, default=None, help="fuzzed frames sent to the 4.x door")
+    p.add_argument("--grpc-requests", type=int, default=None, help="fuzzed requests sent to the 5.x gRPC door")
     p.add_argument("--disk-cycles", type=int, default=None, help="fill-the-disk cycles")
     p.add_argument("--seed", type=int, default=20261125, help="the campaign's random seed (reruns are the same plan)")
     p.add_argument("--json", default=None, help="where to write the JSON report (default WORK_DIR/chaos.json)")

@@ -8,6 +8,7 @@ that a 4.x consumer reads it as it would one from the proxy, and the other way r
 from __future__ import annotations
 
 import functools
+import re
 import zlib
 
 from google.protobuf.duration_pb2 import Duration
@@ -78,24 +79,50 @@ def body_of(message: d.Message, max_size: int) -> bytes:
     return body
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _control_character(text: str) -> str | None:
+    """The first control character of ``text``, or None. The record's properties
+    string separates names and values with \\x01 and entries with \\x02, so a value carrying them would write other
+    properties (a user property ``"v\\x02DELAY\\x013"`` a delay level, a key ``"\\x02TRAN_MSG\\x01true"`` a transaction
+    flag) into the stored record."""
+    found = _CONTROL.search(text)
+    return found.group() if found else None
+
+
+def _check_text(text: str, what: str, code: int) -> None:
+    bad = _control_character(text)
+    if bad is not None:
+        raise MessageProblem(code, f"{what} {text[:64]!r} contains the control character {bad!r}")
+
+
 def record_properties(message: d.Message) -> dict[str, str]:
-    """The record properties of a 5.x message: its user properties and its identity (id, tag, keys, group)."""
+    """The record properties of a 5.x message: its user properties and its identity (id, tag, keys, group). Names
+    and values with control characters are refused (they would break the record's properties string)."""
     sp = message.system_properties
     props: dict[str, str] = {}
     for key, value in message.user_properties.items():
         if key in SYSTEM_PROPERTY_KEYS:
             raise MessageProblem(d.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {key!r} is a reserved name")
+        _check_text(key, "user property name", d.ILLEGAL_MESSAGE_PROPERTY_KEY)
+        _check_text(value, f"the value of user property {key!r}", d.ILLEGAL_MESSAGE_PROPERTY_KEY)
         props[key] = value
     if not sp.message_id:
         raise MessageProblem(d.ILLEGAL_MESSAGE_ID, "the message has no message_id")
+    _check_text(sp.message_id, "message_id", d.ILLEGAL_MESSAGE_ID)
     props[Prop.UNIQ_KEY] = sp.message_id
     if sp.HasField("tag") and sp.tag:
         if "|" in sp.tag:
             raise MessageProblem(d.ILLEGAL_MESSAGE_TAG, f"tag {sp.tag!r} may not contain '|'")
+        _check_text(sp.tag, "tag", d.ILLEGAL_MESSAGE_TAG)
         props[Prop.TAGS] = sp.tag
     if sp.keys:
+        for key in sp.keys:
+            _check_text(key, "key", d.ILLEGAL_MESSAGE_KEY)
         props[Prop.KEYS] = " ".join(k for k in sp.keys if k)
     if sp.HasField("message_group") and sp.message_group:
+        _check_text(sp.message_group, "message_group", d.ILLEGAL_MESSAGE_GROUP)
         props[PROP_MESSAGE_GROUP] = sp.message_group
     return props
 

@@ -21,7 +21,7 @@ from txmq.acl import permission as perm
 from txmq.broker.pop.service import PopError, PopProblem
 from txmq.broker.refusal import BrokerRefusal
 from txmq.broker.stored import put_status_code
-from txmq.broker.topics import retry_topic, validate_topic
+from txmq.broker.topics import retry_topic, validate_group, validate_topic
 from txmq.door_grpc import auth
 from txmq.door_grpc.convert import (
     PROP_DELIVER_MS,
@@ -137,6 +137,9 @@ def answering(response_type: type[R]) -> Callable[[Callable[..., Awaitable[R]]],
     return wrap
 
 
+JAVA_LONG_MAX = 2**63 - 1
+
+
 def _peer_ip(context: grpc.aio.ServicerContext) -> str:
     return peer_of(context.peer() or "")[0]
 
@@ -150,6 +153,16 @@ def _name(resource: d.Resource, what: str, code: int) -> str:
     if not name:
         raise Refused(code, f"the request names no {what}")
     return name
+
+
+def _group_name(resource: d.Resource) -> str:
+    """The consumer group a request names, refused unless it is a valid name: the group may be created
+    (autoCreateSubscriptionGroup) and its retry topic written to the store, named after it."""
+    group = _name(resource, "consumer group", d.ILLEGAL_CONSUMER_GROUP)
+    problem = validate_group(group)
+    if problem is not None:
+        raise Refused(d.ILLEGAL_CONSUMER_GROUP, problem)
+    return group
 
 
 class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
@@ -270,6 +283,8 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
 
     @answering(s.HeartbeatResponse)
     async def Heartbeat(self, request: s.HeartbeatRequest, context: grpc.aio.ServicerContext) -> Any:
+        if request.group.name:
+            _group_name(request.group)
         needed = [(retry_topic(request.group.name), perm.SUB)] if request.group.name else []
         self._authorize(context, "Heartbeat", needed)
         stream = self._streams.get(_metadata(context).get("x-mq-client-id", ""))
@@ -295,7 +310,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
     @answering(s.QueryAssignmentResponse)
     async def QueryAssignment(self, request: s.QueryAssignmentRequest, context: grpc.aio.ServicerContext) -> Any:
         topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
-        group = _name(request.group, "consumer group", d.ILLEGAL_CONSUMER_GROUP)
+        group = _group_name(request.group)
         self._authorize(context, "QueryAssignment", self._consume_needs(topic, group))
         self._group(group)
         assignments: list[s.Assignment] = []
@@ -399,6 +414,20 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
             if self._streams.get(stream.client_id) is stream:
                 del self._streams[stream.client_id]
 
+    @staticmethod
+    def _settings_problem(settings: d.Settings) -> tuple[int, str] | None:
+        """Why a client's Settings cannot be taken (a topic or group name that is not one), or None."""
+        if settings.WhichOneof("pub_sub") == "publishing":
+            for topic in settings.publishing.topics:
+                problem = validate_topic(topic.name)
+                if problem is not None:
+                    return d.ILLEGAL_TOPIC, problem
+        elif settings.WhichOneof("pub_sub") == "subscription":
+            problem = validate_group(settings.subscription.group.name)
+            if problem is not None:
+                return d.ILLEGAL_CONSUMER_GROUP, problem
+        return None
+
     async def _read_telemetry(self, request_iterator: AsyncIterator[Any], stream: TelemetryStream) -> None:
         try:
             async for command in request_iterator:
@@ -408,6 +437,10 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
                 if command.WhichOneof("command") != "settings":
                     continue  # answers to commands txmq never sends (stack traces, message verification)
                 settings = command.settings
+                problem = self._settings_problem(settings)
+                if problem is not None:
+                    stream.outbox.put_nowait(s.TelemetryCommand(status=status(*problem)))
+                    continue
                 if settings.WhichOneof("pub_sub") == "publishing":
                     stream.topics = sorted({t.name for t in settings.publishing.topics if t.name})
                     if stream.topics:
@@ -508,6 +541,8 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         else:
             queue_id = zlib.crc32(sp.message_id.encode()) % writable
         born_ms = timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else self.clock.now_ms()
+        if not 0 <= born_ms <= JAVA_LONG_MAX:
+            raise Refused(d.BAD_REQUEST, f"born_timestamp ({born_ms} ms) is not a time a record can hold")
         record = MessageRecord(
             topic=topic,
             body=body,
@@ -533,6 +568,8 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
             if group:
                 raise Refused(d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a FIFO message cannot have a delivery time")
             deliver_ms = timestamp_ms(sp.delivery_timestamp)
+            if deliver_ms > JAVA_LONG_MAX:  # TIMER_DELIVER_MS would be a number no client parses
+                raise Refused(d.ILLEGAL_DELIVERY_TIME, f"delivery_timestamp ({deliver_ms} ms) is beyond any time")
             delay_ms = deliver_ms - self.clock.now_ms()
             if delay_ms > 0 and self.delay_levels_ms:
                 props[PROP_DELIVER_MS] = str(deliver_ms)
@@ -593,7 +630,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
 
     async def _receive(self, request: s.ReceiveMessageRequest, context: grpc.aio.ServicerContext) -> list[Any]:
         topic = _name(request.message_queue.topic, "topic", d.ILLEGAL_TOPIC)
-        group = _name(request.group, "consumer group", d.ILLEGAL_CONSUMER_GROUP)
+        group = _group_name(request.group)
         self._authorize(context, "ReceiveMessage", self._consume_needs(topic, group))
         self._topic_config(topic, create=False)
         self._group(group)
@@ -623,7 +660,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
     @answering(s.AckMessageResponse)
     async def AckMessage(self, request: s.AckMessageRequest, context: grpc.aio.ServicerContext) -> Any:
         topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
-        group = _name(request.group, "consumer group", d.ILLEGAL_CONSUMER_GROUP)
+        group = _group_name(request.group)
         self._authorize(context, "AckMessage", self._consume_needs(topic, group))
         if not request.entries:
             raise Refused(d.BAD_REQUEST, "AckMessage carries no entry")
@@ -648,7 +685,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         self, request: s.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
     ) -> Any:
         topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
-        group = _name(request.group, "consumer group", d.ILLEGAL_CONSUMER_GROUP)
+        group = _group_name(request.group)
         self._authorize(context, "ChangeInvisibleDuration", self._consume_needs(topic, group))
         invisible_ms = duration_ms(request.invisible_duration)
         if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
@@ -664,7 +701,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         self, request: s.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
     ) -> Any:
         topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
-        group = _name(request.group, "consumer group", d.ILLEGAL_CONSUMER_GROUP)
+        group = _group_name(request.group)
         self._authorize(context, "ForwardMessageToDeadLetterQueue", self._consume_needs(topic, group))
         reason = (
             f"forwarded by the consumer after {request.delivery_attempt} of {request.max_delivery_attempts} attempts"

@@ -165,7 +165,10 @@ class _Queue:
         """Write the entries held in memory to the files. They stay pending when the write fails."""
         pending = self.pending
         if pending:
-            self.write(self.max - len(pending) // ENTRY_SIZE, pending, dirty, new_dirs)
+            # A copy is written: a failed write's exception holds its frame, and with it views of what it wrote,
+            # for as long as some thread handles it; views of ``pending`` itself would make the writer's next
+            # append to it fail (a bytearray with exports cannot grow).
+            self.write(self.max - len(pending) // ENTRY_SIZE, bytes(pending), dirty, new_dirs)
             self.pending = bytearray()
 
     def write(self, offset: int, data: bytes | bytearray, dirty: set[_CqFile], new_dirs: set[Path]) -> None:
