@@ -25,6 +25,7 @@ SRC = HERE / "src"
 # compiles with unchanged behaviour belong here (see docs/compiled.md).
 HOT_MODULES = [
     "txmq/protocol/frame.py",
+    "txmq/protocol/headers.py",
     "txmq/protocol/record/layout.py",
     "txmq/protocol/record/properties.py",
     "txmq/protocol/record/codec.py",

@@ -21,6 +21,7 @@ if __name__ == "__main__":
     os.environ.setdefault("TXMQ_PURE_PYTHON", "1")
 
 from txmq import _hotpath
+from txmq.protocol import headers
 from txmq.protocol.frame import FrameDecoder, RemotingCommand, decode_frame, encode_frame, encode_frame_parts
 from txmq.protocol.record import (
     BatchEntry,
@@ -220,6 +221,29 @@ def op_encode_entry(fields: dict[str, Any], max_body: int, delay_levels: list[in
 
 def op_entry_from_bytes(data: bytes, max_body: int, delay_levels: list[int]) -> tuple[Any, ...]:
     return _entry(entry_from_bytes(data, max_body, delay_levels, ("10.0.0.1", 10911)))
+
+
+# -- request headers ---------------------------------------------------------------------------------------------
+
+
+def _header(h: headers.Header) -> tuple[Any, ...]:
+    import dataclasses
+
+    return (type(h).__name__, tuple((f.name, getattr(h, f.name)) for f in dataclasses.fields(h)))  # type: ignore[arg-type]
+
+
+def op_header(name: str, ext: dict[str, str], code: int) -> tuple[Any, ...]:
+    """The header parsed from ``ext`` (explicitly for the hot ones, and by the generic loop over its fields), and the
+    request frame of the parsed header written back (V2 letters for a send)."""
+    cls = getattr(headers, name)
+    parsed = cls.from_ext(ext)
+    try:
+        generic: Any = _header(cls.parse_fields(ext))
+    except headers.HeaderError as exc:
+        generic = _raised(exc)
+    written = parsed.to_v2_ext() if isinstance(parsed, headers.SendMessageRequestHeader) else parsed.to_ext()
+    frame = encode_frame(RemotingCommand(code=code, opaque=1, ext_fields=written))
+    return _header(parsed), generic, written, frame
 
 
 OPS: dict[str, Callable[..., Any]] = {

@@ -17,6 +17,7 @@ from hotpath_ops import run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from txmq.protocol import headers
 from txmq.protocol.frame import LANGUAGE_NAMES, RemotingCommand, encode_frame
 from txmq.protocol.record import BatchEntry, MessageRecord, encode_batch, encode_record
 
@@ -263,3 +264,42 @@ def test_any_batch_body_splits_alike(interpreted: Any, entries: list[Any], data:
 def test_any_message_id_and_tag_alike(interpreted: Any, msg_id: str, tags: str | None) -> None:
     same(interpreted, "msg_id", msg_id)
     same(interpreted, "tags_code", tags)
+
+
+# -- request headers (protocol.headers: explicit parsers for the hot requests, the generic loop for the rest) ------
+
+# A value of each kind a header field may be sent: Java numbers (and what Long.parseLong refuses), booleans, text.
+HEADER_VALUE = (
+    INT64.map(str)
+    | WIDE.map(str)
+    | st.sampled_from(["true", "TRUE", "false", "1", "0", " 7 ", "+3", "-0", "1_000", "\u0661", "", "0x10", "1e3", "-"])
+    | TEXT
+)
+HEADERS = {  # header class: its request code
+    "SendMessageRequestHeader": 310,
+    "EndTransactionRequestHeader": 37,
+    "PullMessageRequestHeader": 11,
+    "QueueHeader": 30,
+    "ConsumerSendMsgBackRequestHeader": 36,
+}
+
+
+@st.composite
+def header_exts(draw: st.DrawFn) -> tuple[str, dict[str, str], int]:
+    name = draw(st.sampled_from(sorted(HEADERS)))
+    code = HEADERS[name]
+    keys = [wire for _name, wire, *_ in headers.spec_of(getattr(headers, name))]  # the generic parser's names
+    if name == "SendMessageRequestHeader" and draw(st.booleans()):
+        keys = list(headers.SEND_V2_KEYS)
+    elif name == "SendMessageRequestHeader":
+        code = 10
+    present = draw(st.lists(st.sampled_from(keys), unique=True, min_size=len(keys) - 2, max_size=len(keys)))
+    ext = {k: draw(HEADER_VALUE) for k in present}
+    ext.update(draw(st.dictionaries(TEXT, TEXT, max_size=2)))  # fields no header reads
+    return name, ext, code
+
+
+@given(header_exts())
+@SETTINGS
+def test_any_request_header_parses_and_writes_alike(interpreted: Any, header: tuple[str, dict[str, str], int]) -> None:
+    same(interpreted, "header", *header)

@@ -1,15 +1,24 @@
 """Typed request and response headers: the extFields of a remoting command, parsed Java-style (no IO).
 
-Each header is a dataclass whose fields carry their wire name. ``from_ext`` parses a dict of strings the way RocketMQ
-does (ints and longs in decimal, booleans true only for "true" in any case) and names the field that is missing or
-malformed; ``to_ext`` writes every value as a string, which is what C++ clients need.
+Each header is a dataclass whose fields say their kind (``wire_text``, ``wire_int``, ``wire_bool``), their wire name
+(the Python name unless given) and whether they are required. ``from_ext`` parses a dict of strings the way RocketMQ
+does (ints and longs as Java's ``Long.parseLong``, booleans true only for "true" in any case, or "1") and names the
+field that is missing or malformed; ``to_ext`` writes every value as a string, which is what C++ clients need.
+
+One implementation of the parsing: the field readers below (``text_of``, ``int_of``, ``bool_of`` and their
+``required_*`` forms). The headers every message goes through (SEND_MESSAGE / V2, END_TRANSACTION, PULL_MESSAGE) have
+a ``from_ext`` written out field by field with those readers; every other header's ``from_ext`` runs the same
+readers in a loop over its fields. This module is compiled by mypyc (setup.py), so it holds no class attributes
+read through a class but ``Final`` module constants, and declares each field's kind rather than reading annotations
+(a compiled class keeps none).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, ClassVar, Self, get_type_hints
+from dataclasses import dataclass
+from typing import Any, Final, Self
 
 from txmq.errors import ProtocolError
 
@@ -18,9 +27,28 @@ class HeaderError(ProtocolError):
     """A request header that misses a required field or has one that does not parse."""
 
 
-def wire(name: str | None = None, *, required: bool = False, default: Any = None) -> Any:
-    """Declare a header field with its wire name (defaults to the Python name) and whether it is required."""
-    return dataclasses.field(default=default, metadata={"wire": name, "required": required})
+TEXT: Final = "text"
+INT: Final = "int"
+BOOL: Final = "bool"
+
+
+def _field(kind: str, name: str | None, required: bool, default: Any) -> Any:
+    return dataclasses.field(default=default, metadata={"wire": name, "kind": kind, "required": required})
+
+
+def wire_text(name: str | None = None, *, required: bool = False, default: str | None = None) -> Any:
+    """A text field (its wire name defaults to the Python name)."""
+    return _field(TEXT, name, required, default)
+
+
+def wire_int(name: str | None = None, *, required: bool = False, default: int | None = None) -> Any:
+    """A number field (a Java int or long)."""
+    return _field(INT, name, required, default)
+
+
+def wire_bool(name: str | None = None, *, required: bool = False, default: bool | None = None) -> Any:
+    """A boolean field."""
+    return _field(BOOL, name, required, default)
 
 
 def parse_bool(text: str) -> bool:
@@ -29,10 +57,11 @@ def parse_bool(text: str) -> bool:
     return t == "true" or t == "1"
 
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
 
 
-def _parse_int(text: str) -> int:
+def parse_int(text: str) -> int:
     """Java's ``Long.parseLong`` (surrounding blanks forgiven): ASCII digits with an optional sign, within 64 bits.
     Python's ``int`` alone would take "1_000", non-ASCII digits and numbers of any size, which then break whatever
     stores them (a consumer offset of 10**30 made every later write of the offsets file fail)."""
@@ -45,361 +74,463 @@ def _parse_int(text: str) -> int:
     return value
 
 
+# -- the field readers: every header's parsing goes through these ----------------------------------------------------
+# ``ext`` is the command's extFields; ``key`` the name read from it; ``who`` the header class's name and ``name`` the
+# field's wire name, both for the error (SEND_MESSAGE_V2 reads one-letter keys and names the long field).
+
+
+def _missing(who: str, name: str) -> HeaderError:
+    return HeaderError(f"{who}: the required field '{name}' is missing")
+
+
+def _invalid(who: str, name: str, raw: object) -> HeaderError:
+    return HeaderError(f"{who}: field '{name}' has an invalid value {raw!r}")
+
+
+def text_of(ext: dict[str, str], key: str, default: str | None) -> str | None:
+    raw = ext.get(key)
+    return default if raw is None else raw
+
+
+def text_or(ext: dict[str, str], key: str, default: str) -> str:
+    raw = ext.get(key)
+    return default if raw is None else raw
+
+
+def required_text(ext: dict[str, str], key: str, who: str, name: str) -> str:
+    raw = ext.get(key)
+    if raw is None:
+        raise _missing(who, name)
+    return raw
+
+
+def int_of(ext: dict[str, str], key: str, default: int | None, who: str, name: str) -> int | None:
+    raw = ext.get(key)
+    if raw is None:
+        return default
+    try:
+        return parse_int(raw)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise _invalid(who, name, raw) from exc
+
+
+def int_or(ext: dict[str, str], key: str, default: int, who: str, name: str) -> int:
+    raw = ext.get(key)
+    if raw is None:
+        return default
+    try:
+        return parse_int(raw)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise _invalid(who, name, raw) from exc
+
+
+def required_int(ext: dict[str, str], key: str, who: str, name: str) -> int:
+    raw = ext.get(key)
+    if raw is None:
+        raise _missing(who, name)
+    try:
+        return parse_int(raw)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise _invalid(who, name, raw) from exc
+
+
+def bool_of(ext: dict[str, str], key: str, default: bool | None, who: str, name: str) -> bool | None:
+    raw = ext.get(key)
+    if raw is None:
+        return default
+    try:
+        return parse_bool(raw)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise _invalid(who, name, raw) from exc
+
+
+def bool_or(ext: dict[str, str], key: str, default: bool, who: str, name: str) -> bool:
+    raw = ext.get(key)
+    if raw is None:
+        return default
+    try:
+        return parse_bool(raw)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise _invalid(who, name, raw) from exc
+
+
+def required_bool(ext: dict[str, str], key: str, who: str, name: str) -> bool:
+    raw = ext.get(key)
+    if raw is None:
+        raise _missing(who, name)
+    try:
+        return parse_bool(raw)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise _invalid(who, name, raw) from exc
+
+
+def _text_field(ext: dict[str, str], key: str, default: Any, who: str, name: str) -> str | None:
+    return text_of(ext, key, default)
+
+
+_OPTIONAL: Final[dict[str, Callable[[dict[str, str], str, Any, str, str], Any]]] = {
+    TEXT: _text_field,
+    INT: int_of,
+    BOOL: bool_of,
+}
+_REQUIRED: Final[dict[str, Callable[[dict[str, str], str, str, str], Any]]] = {
+    TEXT: required_text,
+    INT: required_int,
+    BOOL: required_bool,
+}
+
+# (Python name, wire name, kind, required, default) per field of a header class, built once per class.
+Spec = tuple[tuple[str, str, str, bool, Any], ...]
+_SPECS: Final[dict[type, Spec]] = {}
+
+
+def spec_of(cls: type) -> Spec:
+    spec = _SPECS.get(cls)
+    if spec is None:
+        spec = tuple(
+            (f.name, f.metadata.get("wire") or f.name, f.metadata["kind"], bool(f.metadata["required"]), f.default)
+            for f in dataclasses.fields(cls)
+        )
+        _SPECS[cls] = spec
+    return spec
+
+
 def _format(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-_PARSERS: dict[Any, Callable[[str], Any]] = {int: _parse_int, bool: parse_bool, str: str}
-
-
 class Header:
-    """Base of every typed header; subclasses are slotted dataclasses."""
-
-    __slots__ = ()
-
-    @classmethod
-    def _build_spec(cls) -> tuple[tuple[str, str, Callable[[str], Any], bool], ...]:
-        hints = get_type_hints(cls)
-        spec = []
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            hint = hints[f.name]
-            base = next((t for t in (bool, int, str) if hint is t or t in getattr(hint, "__args__", ())), str)
-            spec.append((f.name, f.metadata.get("wire") or f.name, _PARSERS[base], f.metadata.get("required", False)))
-        return tuple(spec)
+    """Base of every typed header (dataclasses)."""
 
     @classmethod
     def from_ext(cls, ext: dict[str, str] | None) -> Self:
-        return cls._parse(ext)
+        return cls.parse_fields(ext or {})
 
     @classmethod
-    def _spec(cls) -> tuple[tuple[str, str, Callable[[str], Any], bool], ...]:
-        """(name, wire name, parser, required) per field, built once per class."""
-        spec = cls.__dict__.get("_spec_cache")
-        if spec is None:
-            spec = cls._build_spec()
-            cls._spec_cache = spec  # type: ignore[attr-defined]
-        return spec
-
-    @classmethod
-    def _parse(cls, ext: dict[str, str] | None) -> Self:
-        spec = cls._spec()
-        ext = ext or {}
+    def parse_fields(cls, ext: dict[str, str]) -> Self:
+        """Each field read from ``ext`` by its wire name, with the field readers."""
+        who = cls.__name__
         values: dict[str, Any] = {}
-        for name, wire_name, parse, required in spec:
-            raw = ext.get(wire_name)
-            if raw is None:
-                if required:
-                    raise HeaderError(f"{cls.__name__}: the required field '{wire_name}' is missing")
-                continue
-            try:
-                values[name] = parse(raw)
-            except (ValueError, TypeError) as exc:
-                raise HeaderError(f"{cls.__name__}: field '{wire_name}' has an invalid value {raw!r}") from exc
+        for name, wire_name, kind, required, default in spec_of(cls):
+            if required:
+                values[name] = _REQUIRED[kind](ext, wire_name, who, wire_name)
+            else:
+                values[name] = _OPTIONAL[kind](ext, wire_name, default, who, wire_name)
         return cls(**values)
 
     def to_ext(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        for name, wire_name, _parse, _required in self._spec():
+        for name, wire_name, _kind, _required, _default in spec_of(type(self)):
             value = getattr(self, name)
             if value is not None:
                 out[wire_name] = value if type(value) is str else _format(value)
         return out
 
 
-def header(cls: type) -> type:
-    return dataclasses.dataclass(slots=True)(cls)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Send
 
 
-@header
+@dataclass
 class SendMessageRequestHeader(Header):
     """SEND_MESSAGE (10, long names) and SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (310 / 320, one-letter names)."""
 
-    producerGroup: str = wire(required=True)
-    topic: str = wire(required=True)
-    defaultTopic: str = wire(default="TBW102")
-    defaultTopicQueueNums: int = wire(default=4)
-    queueId: int = wire(default=-1)
-    sysFlag: int = wire(default=0)
-    bornTimestamp: int = wire(default=0)
-    flag: int = wire(default=0)
-    properties: str | None = wire()
-    reconsumeTimes: int | None = wire()
-    unitMode: bool | None = wire()
-    maxReconsumeTimes: int | None = wire()
-    batch: bool | None = wire()
-
-    V2_NAMES: ClassVar[dict[str, str]] = {
-        "a": "producerGroup",
-        "b": "topic",
-        "c": "defaultTopic",
-        "d": "defaultTopicQueueNums",
-        "e": "queueId",
-        "f": "sysFlag",
-        "g": "bornTimestamp",
-        "h": "flag",
-        "i": "properties",
-        "j": "reconsumeTimes",
-        "k": "unitMode",
-        "l": "maxReconsumeTimes",
-        "m": "batch",
-    }
+    producerGroup: str = wire_text(required=True)
+    topic: str = wire_text(required=True)
+    defaultTopic: str = wire_text(default="TBW102")
+    defaultTopicQueueNums: int = wire_int(default=4)
+    queueId: int = wire_int(default=-1)
+    sysFlag: int = wire_int(default=0)
+    bornTimestamp: int = wire_int(default=0)
+    flag: int = wire_int(default=0)
+    properties: str | None = wire_text()
+    reconsumeTimes: int | None = wire_int()
+    unitMode: bool | None = wire_bool()
+    maxReconsumeTimes: int | None = wire_int()
+    batch: bool | None = wire_bool()
 
     @classmethod
     def from_ext(cls, ext: dict[str, str] | None) -> Self:
-        """Accept either naming: V2's letters when ``a`` or ``b`` is present, else V1's long names."""
+        """Either naming: V2's letters when ``a`` or ``b`` is present (then only letters are read), else V1's long
+        names."""
         ext = ext or {}
-        if "b" in ext or "a" in ext:
-            if "a" in ext and "b" in ext:
-                try:
-                    return cls._fast_v2(ext)
-                except (ValueError, TypeError, AttributeError):
-                    pass  # the generic path below names the bad field
-            ext = {cls.V2_NAMES.get(k, k): v for k, v in ext.items()}
-        return cls._parse(ext)
+        if "a" in ext or "b" in ext:
+            return cls.read(ext, SEND_V2_KEYS)
+        return cls.read(ext, SEND_V1_KEYS)
 
     @classmethod
-    def _fast_v2(cls, e: dict[str, str]) -> Self:
-        """The send hot path: every producer request goes through here, so no per-field loop."""
-        get = e.get
-        j, k, l_, m = get("j"), get("k"), get("l"), get("m")
+    def read(cls, ext: dict[str, str], k: tuple[str, ...]) -> Self:
+        """Every producer request comes through here: the fields one by one, read at the keys ``k`` (V1's or
+        V2's), errors naming the long field names."""
+        n = SEND_V1_KEYS
+        who = "SendMessageRequestHeader"
         return cls(
-            e["a"],
-            e["b"],
-            get("c", "TBW102"),
-            int(get("d", "4")),
-            int(get("e", "-1")),
-            int(get("f", "0")),
-            int(get("g", "0")),
-            int(get("h", "0")),
-            get("i"),
-            None if j is None else int(j),
-            None if k is None else parse_bool(k),
-            None if l_ is None else int(l_),
-            None if m is None else parse_bool(m),
+            required_text(ext, k[0], who, n[0]),
+            required_text(ext, k[1], who, n[1]),
+            text_or(ext, k[2], "TBW102"),
+            int_or(ext, k[3], 4, who, n[3]),
+            int_or(ext, k[4], -1, who, n[4]),
+            int_or(ext, k[5], 0, who, n[5]),
+            int_or(ext, k[6], 0, who, n[6]),
+            int_or(ext, k[7], 0, who, n[7]),
+            text_of(ext, k[8], None),
+            int_of(ext, k[9], None, who, n[9]),
+            bool_of(ext, k[10], None, who, n[10]),
+            int_of(ext, k[11], None, who, n[11]),
+            bool_of(ext, k[12], None, who, n[12]),
         )
 
     def to_v2_ext(self) -> dict[str, str]:
-        long_to_short = {v: k for k, v in self.V2_NAMES.items()}
-        return {long_to_short.get(k, k): v for k, v in self.to_ext().items()}
+        return {SEND_V2_LETTERS.get(k, k): v for k, v in self.to_ext().items()}
 
 
-@header
+# SendMessageRequestHeaderV2's one-letter names, in the order of SendMessageRequestHeader's fields.
+SEND_V1_KEYS: Final = (
+    "producerGroup",
+    "topic",
+    "defaultTopic",
+    "defaultTopicQueueNums",
+    "queueId",
+    "sysFlag",
+    "bornTimestamp",
+    "flag",
+    "properties",
+    "reconsumeTimes",
+    "unitMode",
+    "maxReconsumeTimes",
+    "batch",
+)
+SEND_V2_KEYS: Final = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m")
+SEND_V2_LETTERS: Final = dict(zip(SEND_V1_KEYS, SEND_V2_KEYS, strict=True))
+
+
+@dataclass
 class SendMessageResponseHeader(Header):
-    msgId: str = wire(required=True)
-    queueId: int = wire(required=True)
-    queueOffset: int = wire(required=True)
-    transactionId: str | None = wire()
-    MSG_REGION: str | None = wire()
-    TRACE_ON: str | None = wire()
+    msgId: str = wire_text(required=True)
+    queueId: int = wire_int(required=True)
+    queueOffset: int = wire_int(required=True)
+    transactionId: str | None = wire_text()
+    MSG_REGION: str | None = wire_text()
+    TRACE_ON: str | None = wire_text()
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Consume
 
 
-@header
+@dataclass
 class PullMessageRequestHeader(Header):
-    consumerGroup: str = wire(required=True)
-    topic: str = wire(required=True)
-    queueId: int = wire(required=True)
-    queueOffset: int = wire(required=True)
-    maxMsgNums: int = wire(required=True)
-    sysFlag: int = wire(required=True)
-    commitOffset: int = wire(required=True)
-    suspendTimeoutMillis: int = wire(required=True)
-    subscription: str | None = wire()
-    subVersion: int = wire(default=0)
-    expressionType: str | None = wire()
+    consumerGroup: str = wire_text(required=True)
+    topic: str = wire_text(required=True)
+    queueId: int = wire_int(required=True)
+    queueOffset: int = wire_int(required=True)
+    maxMsgNums: int = wire_int(required=True)
+    sysFlag: int = wire_int(required=True)
+    commitOffset: int = wire_int(required=True)
+    suspendTimeoutMillis: int = wire_int(required=True)
+    subscription: str | None = wire_text()
+    subVersion: int = wire_int(default=0)
+    expressionType: str | None = wire_text()
+
+    @classmethod
+    def from_ext(cls, ext: dict[str, str] | None) -> Self:
+        """One per pull: the fields one by one."""
+        ext = ext or {}
+        who = "PullMessageRequestHeader"
+        return cls(
+            required_text(ext, "consumerGroup", who, "consumerGroup"),
+            required_text(ext, "topic", who, "topic"),
+            required_int(ext, "queueId", who, "queueId"),
+            required_int(ext, "queueOffset", who, "queueOffset"),
+            required_int(ext, "maxMsgNums", who, "maxMsgNums"),
+            required_int(ext, "sysFlag", who, "sysFlag"),
+            required_int(ext, "commitOffset", who, "commitOffset"),
+            required_int(ext, "suspendTimeoutMillis", who, "suspendTimeoutMillis"),
+            text_of(ext, "subscription", None),
+            int_or(ext, "subVersion", 0, who, "subVersion"),
+            text_of(ext, "expressionType", None),
+        )
 
 
-@header
+@dataclass
 class PullMessageResponseHeader(Header):
-    suggestWhichBrokerId: int = wire(required=True)
-    nextBeginOffset: int = wire(required=True)
-    minOffset: int = wire(required=True)
-    maxOffset: int = wire(required=True)
+    suggestWhichBrokerId: int = wire_int(required=True)
+    nextBeginOffset: int = wire_int(required=True)
+    minOffset: int = wire_int(required=True)
+    maxOffset: int = wire_int(required=True)
 
 
-@header
+@dataclass
 class QueryConsumerOffsetRequestHeader(Header):
-    consumerGroup: str = wire(required=True)
-    topic: str = wire(required=True)
-    queueId: int = wire(required=True)
+    consumerGroup: str = wire_text(required=True)
+    topic: str = wire_text(required=True)
+    queueId: int = wire_int(required=True)
 
 
-@header
+@dataclass
 class UpdateConsumerOffsetRequestHeader(Header):
-    consumerGroup: str = wire(required=True)
-    topic: str = wire(required=True)
-    queueId: int = wire(required=True)
-    commitOffset: int = wire(required=True)
+    consumerGroup: str = wire_text(required=True)
+    topic: str = wire_text(required=True)
+    queueId: int = wire_int(required=True)
+    commitOffset: int = wire_int(required=True)
 
 
-@header
+@dataclass
 class QueueHeader(Header):
     """GET_MAX_OFFSET, GET_MIN_OFFSET and GET_EARLIEST_MSG_STORETIME."""
 
-    topic: str = wire(required=True)
-    queueId: int = wire(required=True)
+    topic: str = wire_text(required=True)
+    queueId: int = wire_int(required=True)
 
 
-@header
+@dataclass
 class SearchOffsetRequestHeader(Header):
-    topic: str = wire(required=True)
-    queueId: int = wire(required=True)
-    timestamp: int = wire(required=True)
+    topic: str = wire_text(required=True)
+    queueId: int = wire_int(required=True)
+    timestamp: int = wire_int(required=True)
 
 
-@header
+@dataclass
 class OffsetResponseHeader(Header):
-    offset: int = wire(required=True)
+    offset: int = wire_int(required=True)
 
 
-@header
+@dataclass
 class ConsumerSendMsgBackRequestHeader(Header):
-    offset: int = wire(required=True)
-    group: str = wire(required=True)
-    delayLevel: int = wire(required=True)
-    originMsgId: str | None = wire()
-    originTopic: str | None = wire()
-    unitMode: bool = wire(default=False)
-    maxReconsumeTimes: int | None = wire()
+    offset: int = wire_int(required=True)
+    group: str = wire_text(required=True)
+    delayLevel: int = wire_int(required=True)
+    originMsgId: str | None = wire_text()
+    originTopic: str | None = wire_text()
+    unitMode: bool = wire_bool(default=False)
+    maxReconsumeTimes: int | None = wire_int()
 
 
-@header
+@dataclass
 class ConsumerGroupHeader(Header):
     """GET_CONSUMER_LIST_BY_GROUP and NOTIFY_CONSUMER_IDS_CHANGED."""
 
-    consumerGroup: str = wire(required=True)
+    consumerGroup: str = wire_text(required=True)
 
 
-@header
+@dataclass
 class UnregisterClientRequestHeader(Header):
-    clientID: str = wire(required=True)
-    producerGroup: str | None = wire()
-    consumerGroup: str | None = wire()
+    clientID: str = wire_text(required=True)
+    producerGroup: str | None = wire_text()
+    consumerGroup: str | None = wire_text()
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Queries and admin
 
 
-@header
+@dataclass
 class QueryMessageRequestHeader(Header):
-    topic: str = wire(required=True)
-    key: str = wire(required=True)
-    maxNum: int = wire(required=True)
-    beginTimestamp: int = wire(required=True)
-    endTimestamp: int = wire(required=True)
+    topic: str = wire_text(required=True)
+    key: str = wire_text(required=True)
+    maxNum: int = wire_int(required=True)
+    beginTimestamp: int = wire_int(required=True)
+    endTimestamp: int = wire_int(required=True)
 
 
-@header
+@dataclass
 class ViewMessageRequestHeader(Header):
-    offset: int = wire(required=True)
+    offset: int = wire_int(required=True)
 
 
-@header
+@dataclass
 class CreateTopicRequestHeader(Header):
-    topic: str = wire(required=True)
-    defaultTopic: str = wire(default="TBW102")
-    readQueueNums: int = wire(required=True)
-    writeQueueNums: int = wire(required=True)
-    perm: int = wire(required=True)
-    topicFilterType: str = wire(default="SINGLE_TAG")
-    topicSysFlag: int | None = wire()
-    order: bool = wire(default=False)
+    topic: str = wire_text(required=True)
+    defaultTopic: str = wire_text(default="TBW102")
+    readQueueNums: int = wire_int(required=True)
+    writeQueueNums: int = wire_int(required=True)
+    perm: int = wire_int(required=True)
+    topicFilterType: str = wire_text(default="SINGLE_TAG")
+    topicSysFlag: int | None = wire_int()
+    order: bool = wire_bool(default=False)
 
 
-@header
+@dataclass
 class TopicHeader(Header):
     """GET_TOPIC_STATS_INFO, GET_ROUTEINFO_BY_TOPIC, DELETE_TOPIC_*."""
 
-    topic: str = wire(required=True)
+    topic: str = wire_text(required=True)
 
 
-@header
+@dataclass
 class GetConsumeStatsRequestHeader(Header):
-    consumerGroup: str = wire(required=True)
-    topic: str | None = wire()
+    consumerGroup: str = wire_text(required=True)
+    topic: str | None = wire_text()
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Transactions
 
 
-@header
+@dataclass
 class EndTransactionRequestHeader(Header):
-    producerGroup: str = wire(required=True)
-    tranStateTableOffset: int = wire(required=True)  # queue offset of the half message in the half topic
-    commitLogOffset: int = wire(required=True)
-    commitOrRollback: int = wire(required=True)  # 0 unknown, 8 commit, 12 rollback
-    fromTransactionCheck: bool = wire(default=False)
-    msgId: str = wire(required=True)
-    transactionId: str | None = wire()
-    txmqMessages: int | None = wire()  # txmq: how many messages the transaction holds (several in one)
+    producerGroup: str = wire_text(required=True)
+    tranStateTableOffset: int = wire_int(required=True)  # queue offset of the half message in the half topic
+    commitLogOffset: int = wire_int(required=True)
+    commitOrRollback: int = wire_int(required=True)  # 0 unknown, 8 commit, 12 rollback
+    fromTransactionCheck: bool = wire_bool(default=False)
+    msgId: str = wire_text(required=True)
+    transactionId: str | None = wire_text()
+    txmqMessages: int | None = wire_int()  # txmq: how many messages the transaction holds (several in one)
 
     @classmethod
     def from_ext(cls, ext: dict[str, str] | None) -> Self:
-        """One per transaction: no per-field loop when every field is well formed (the generic path names the
-        bad one otherwise)."""
-        if ext is not None:
-            try:
-                check = ext.get("fromTransactionCheck")
-                return cls(
-                    ext["producerGroup"],
-                    int(ext["tranStateTableOffset"]),
-                    int(ext["commitLogOffset"]),
-                    int(ext["commitOrRollback"]),
-                    False if check is None else parse_bool(check),
-                    ext["msgId"],
-                    ext.get("transactionId"),
-                    None if (n := ext.get("txmqMessages")) is None else int(n),
-                )
-            except (KeyError, ValueError, TypeError, AttributeError):
-                pass
-        return cls._parse(ext)
+        """One per transaction: the fields one by one."""
+        ext = ext or {}
+        who = "EndTransactionRequestHeader"
+        return cls(
+            required_text(ext, "producerGroup", who, "producerGroup"),
+            required_int(ext, "tranStateTableOffset", who, "tranStateTableOffset"),
+            required_int(ext, "commitLogOffset", who, "commitLogOffset"),
+            required_int(ext, "commitOrRollback", who, "commitOrRollback"),
+            bool_or(ext, "fromTransactionCheck", False, who, "fromTransactionCheck"),
+            required_text(ext, "msgId", who, "msgId"),
+            text_of(ext, "transactionId", None),
+            int_of(ext, "txmqMessages", None, who, "txmqMessages"),
+        )
 
 
-@header
+@dataclass
 class CheckTransactionStateRequestHeader(Header):
-    tranStateTableOffset: int = wire(required=True)
-    commitLogOffset: int = wire(required=True)
-    msgId: str | None = wire()
-    transactionId: str | None = wire()
-    offsetMsgId: str | None = wire()
+    tranStateTableOffset: int = wire_int(required=True)
+    commitLogOffset: int = wire_int(required=True)
+    msgId: str | None = wire_text()
+    transactionId: str | None = wire_text()
+    offsetMsgId: str | None = wire_text()
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Name server
 
 
-@header
+@dataclass
 class RegisterBrokerRequestHeader(Header):
-    brokerName: str = wire(required=True)
-    brokerAddr: str = wire(required=True)
-    clusterName: str = wire(required=True)
-    haServerAddr: str = wire(default="")
-    brokerId: int = wire(required=True)
-    compressed: bool = wire(default=False)
-    bodyCrc32: int = wire(default=0)
+    brokerName: str = wire_text(required=True)
+    brokerAddr: str = wire_text(required=True)
+    clusterName: str = wire_text(required=True)
+    haServerAddr: str = wire_text(default="")
+    brokerId: int = wire_int(required=True)
+    compressed: bool = wire_bool(default=False)
+    bodyCrc32: int = wire_int(default=0)
 
 
-@header
+@dataclass
 class UnregisterBrokerRequestHeader(Header):
-    brokerName: str = wire(required=True)
-    brokerAddr: str = wire(required=True)
-    clusterName: str = wire(required=True)
-    brokerId: int = wire(required=True)
+    brokerName: str = wire_text(required=True)
+    brokerAddr: str = wire_text(required=True)
+    clusterName: str = wire_text(required=True)
+    brokerId: int = wire_int(required=True)
 
 
-@header
+@dataclass
 class KVConfigRequestHeader(Header):
-    namespace: str = wire(required=True)
-    key: str = wire(required=True)
-    value: str | None = wire()
+    namespace: str = wire_text(required=True)
+    key: str = wire_text(required=True)
+    value: str | None = wire_text()
