@@ -32,10 +32,18 @@ HOT_MODULES = [
     "txmq/protocol/record/view.py",
     "txmq/protocol/record/walk.py",
     "txmq/store/entry.py",
+    "txmq/store/dispatch.py",
+    "txmq/store/writer.py",
     "txmq/broker/stored.py",
     "txmq/broker/refusal.py",
     "txmq/broker/send.py",
     "txmq/net/connection.py",
+    "txmq/net/dispatcher.py",
+    "txmq/protocol/op_marker.py",
+    "txmq/txn/effects.py",
+    "txmq/txn/records.py",
+    "txmq/broker/end_transaction.py",
+    "txmq/broker/txn/writer.py",
 ]
 
 MANIFEST = "txmq/_compiled.txt"

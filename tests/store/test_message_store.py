@@ -502,17 +502,11 @@ def test_a_store_directory_can_be_open_only_once(tmp_path: Any) -> None:
 
 async def test_a_dead_writer_thread_never_leaves_puts_hanging(make_store: MakeStore) -> None:
     store = make_store()
-
-    writer = store._writer
-    original = writer._run_group
-
-    def buggy(reqs: Any) -> None:
-        original(reqs)  # the group completes, then the loop itself fails
-        raise RuntimeError("a bug in the writer loop")
-
-    writer._run_group = buggy  # type: ignore[method-assign]
     first = await store.put(make_record("D", 0, b"written"))
     assert first.ok
+    # A bug in the writer loop itself (not in a group, whose IO errors are handled there): an item it cannot handle.
+    # (Not by replacing a method: the writer may be compiled, and a compiled instance's methods cannot be replaced.)
+    store._writer._queue.put(object())
     later = [await store.put(make_record("D", 0, b"after")) for _ in range(3)]
     assert {r.status for r in later} == {PutStatus.SERVICE_NOT_AVAILABLE}
     assert "writer thread died" in (later[-1].remark or "")

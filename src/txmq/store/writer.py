@@ -210,7 +210,7 @@ class Writer:
         self._delay_levels = config.delay_levels_ms()
         self._sync = config.sync_flush
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._writer_thread: threading.Thread | None = None
         # Held by whoever writes a group: the writer thread, or a blocking appender writing its own (put_many_sync).
         self._append_lock = threading.Lock()
         self._hooks: dict[asyncio.AbstractEventLoop | None, list[NewMessagesCallback]] = {}
@@ -218,6 +218,7 @@ class Writer:
         # Writer state (whoever holds the append lock; set by reset() after recovery).
         self._seg: Any = None
         self._next_offsets: dict[tuple[str, int], int] = {}
+        self._in_hand: list[Any] = []  # what the writer thread took from the queue last
 
     # ------------------------------------------------------------------------------------------ life cycle
 
@@ -227,14 +228,14 @@ class Writer:
         self._next_offsets = next_offsets
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._main, name="txmq-store-writer", daemon=True)
-        self._thread.start()
+        self._writer_thread = threading.Thread(target=self._main, name="txmq-store-writer", daemon=True)
+        self._writer_thread.start()
 
     def stop(self) -> None:
         """Finish every queued append and end the writer thread."""
         self._queue.put(_STOP)
-        if self._thread is not None:
-            self._thread.join()
+        if self._writer_thread is not None:
+            self._writer_thread.join()
 
     def wait_idle(self) -> None:
         """Wait until no group is being written (a blocking appender writing its own finishes first)."""
@@ -389,7 +390,20 @@ class Writer:
             with health.put_lock:
                 health.fail(f"writer thread died: {type(exc).__name__}: {exc}")
                 health.writer_dead = True
+            self._fail_in_hand(f"the store failed: {health.failure}")
             self.fail_leftovers()
+
+    def _fail_in_hand(self, remark: str) -> None:
+        """Answer what the dead loop had taken from the queue but not finished (taken with the item it died on)."""
+        for item in self._in_hand:
+            if type(item) is list:
+                left = [req for req in item if req.result is None]
+                if left:
+                    self._finish_failed(left, PutStatus.SERVICE_NOT_AVAILABLE, remark)
+            elif isinstance(item, _Task) and item.done.locked():
+                item.error = StoreError(remark)
+                item.finish()
+        self._in_hand = []
 
     def _loop(self) -> None:
         q = self._queue
@@ -399,6 +413,7 @@ class Writer:
             items = [get()]
             for _ in range(q.qsize()):  # qsize() is a lower bound here: only this thread takes items
                 items.append(q.get_nowait())
+            self._in_hand = items
             reqs: list[_Request] = []
             for item in items:
                 if type(item) is list:  # a hand-over: the requests of one loop iteration or one put_sync
@@ -623,7 +638,7 @@ class Writer:
         updates = list(touched.items()) if touched and hooks else None
         for loop, group in by_loop.items():
             try:
-                loop.call_soon_threadsafe(_complete_on_loop, group, updates, hooks.get(loop, ()))
+                loop.call_soon_threadsafe(_complete_on_loop, group, updates, hooks.get(loop, []))
             except RuntimeError:  # that loop is closed: nobody is waiting any more
                 pass
         if updates:

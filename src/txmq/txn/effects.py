@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from txmq.protocol.record import MessageRecord
 from txmq.txn.history import TransactionRecord
@@ -31,7 +32,7 @@ class DecisionRequest:
     queue_offset: int  # the half queue offset it names (tranStateTableOffset)
     msg_id: str  # how the request names the message (for logs and remarks)
     transaction_id: str | None = None
-    origin: object = None  # who sent it (a peer address), for logs
+    origin: Any = None  # who sent it (a peer address), for logs
     messages: int | None = None  # how many messages the producer put in the transaction, when it says
 
 
