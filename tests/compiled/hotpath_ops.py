@@ -174,13 +174,16 @@ def op_walk(data: bytes, options: dict[str, Any]) -> tuple[Any, ...]:
     result = WalkResult()
     skipped: list[tuple[int, str]] = []
     items: list[Any] = []
+    walk = walk_segment(data, result=result, on_skip=lambda at, _size, why: skipped.append((at, why)), **options)
     try:
-        for item in walk_segment(
-            data, result=result, on_skip=lambda at, _size, why: skipped.append((at, why)), **options
-        ):
+        for item in walk:
             items.append(_view(item) if options.get("views") else item)
     except Exception as exc:
         items.append(_raised(exc))
+    finally:
+        # A walk left by an exception of the caller's (decoding a view) fills ``result`` when it is closed. CPython
+        # closes an interpreted generator as soon as it is dropped, a compiled one only when asked: ask.
+        walk.close()
     fields = (result.start, result.end, result.reason, result.clean_end, result.blank)
     return (*fields, result.records, result.bytes, result.skipped, items, skipped)
 

@@ -99,7 +99,7 @@ def walk_segment(
     yield_pos = max(yield_from - base, hop_to - base)
     pos = start
     records = nbytes = skipped = 0
-    reason: str | None = None
+    reason = ""  # why the walk stopped; "" while it goes on (a str from the start: see the ``finally``)
     clean = True
     try:
         while pos < hop_to - base:
@@ -111,7 +111,7 @@ def walk_segment(
                 reason = f"no record chain to the range at {base + pos}"
                 break
             pos += size
-        while reason is None:
+        while not reason:
             phys = base + pos
             if pos >= stop:
                 reason = "end of the range" if stop < limit else "end of the buffer"
@@ -213,7 +213,9 @@ def walk_segment(
     finally:
         view.release()
         res.end = base + pos
-        res.reason = reason or "end of data"
+        # A walk closed early (GeneratorExit at a yield) gets here with ``reason`` still "". It was once
+        # ``str | None``, which mypyc's generator read back as a ``str`` here and raised TypeError on None.
+        res.reason = reason or "closed by its reader"
         res.clean_end = clean
         res.records += records
         res.bytes += nbytes
