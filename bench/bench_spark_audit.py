@@ -64,20 +64,23 @@ def main() -> None:
     ap.add_argument("--transactions", type=int, default=1_000_000)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--dir", default=None, help="work folder (default: a temp folder, removed afterwards)")
+    ap.add_argument(
+        "--store", default=None, help="audit this store (written earlier by this benchmark with the same count) instead"
+    )
     ap.add_argument("--segment-size", type=int, default=1 << 30, help="commit-log segment size (broker default 1 GiB)")
     ap.add_argument("--report", action="store_true", help="also draw the HTML report")
     ap.add_argument("--cpu", action="store_true", help="phases in CPU seconds of the process tree, not wall time")
     ap.add_argument("--scan-cpu", action="store_true", help="also time the store scan alone (CPU s, one process)")
     args = ap.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="txmq-bench-audit-")
-    store = os.path.join(work, "store")
+    store = args.store or os.path.join(work, "store")
     out = os.path.join(work, "out")
     try:
         n = args.transactions
         plan = Plan(commit=n * 70 // 100, rollback=n * 20 // 100, discard=n * 5 // 100)
         plan.pending = n - plan.commit - plan.rollback - plan.discard
         t0 = time.perf_counter()
-        written = write_transactions(store, plan, segment_size=args.segment_size)
+        written = "reused" if args.store else write_transactions(store, plan, segment_size=args.segment_size)
         gen = time.perf_counter() - t0
         segments = len(os.listdir(os.path.join(store, "commitlog")))
         print(f"store: {n} transactions {written} written in {gen:.1f}s ({segments} commit-log segment(s))")
