@@ -291,6 +291,9 @@ def transaction_batches(seg: Segment, batch_rows: int) -> Iterator[pa.RecordBatc
                 break
             if cols.need:  # the piece ended mid-record: read on from its start
                 at, data = pos, _read(f, pos, max(CHUNK_BYTES, cols.need))
+                if len(data) < cols.need:  # the file shrank under the reader (retention): what was read stays
+                    log.warning("%s: cut short at %d while it was read", seg.path, seg.start + pos)
+                    return
     if cols.damaged is not None:
         log.warning("%s: stopped at %d (damaged record: %s)", seg.path, cols.damaged[0], cols.damaged[1])
     elif not cols.clean:
