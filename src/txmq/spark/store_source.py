@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -207,38 +206,28 @@ def scan(seg: Segment, decode: Callable[[RecordView], Any]) -> Iterator[Any]:
 
 
 _KIND_NAMES = pa.array(KINDS, type=pa.string())
-_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
-
-
-def _hex16(values: np.ndarray) -> pa.Array:
-    """Each non-negative int64 as 16 upper-case hex digits (``f"{v:016X}"``), in bulk."""
-    n = len(values)
-    octets = values.astype(">u8").view(np.uint8).reshape(n, 8)
-    digits = np.empty((n, 16), dtype=np.uint8)
-    digits[:, 0::2] = _HEX_DIGITS[octets >> 4]
-    digits[:, 1::2] = _HEX_DIGITS[octets & 15]
-    offsets = np.arange(0, 16 * (n + 1), 16, dtype=np.int32)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(digits))
+_NO_ID = pa.scalar(None, type=pa.int32())
 
 
 def _ids(values: list[int], dictionary: pa.Array) -> pa.Array:
     """Indices into ``dictionary`` (-1: null) as the values they stand for."""
-    ids = np.array(values, dtype=np.int32)
-    return dictionary.take(pa.array(ids, mask=ids < 0))
+    ids = pa.array(values, type=pa.int32())
+    return dictionary.take(pc.if_else(pc.less(ids, 0), _NO_ID, ids))
 
 
 def tx_batch(cols: TxColumns, schema: pa.Schema) -> pa.RecordBatch:
     """The rows of ``cols`` as one Arrow batch of the ``transactions`` view (TX_COLUMNS); ``cols`` starts empty
-    again. Repeated strings go through their dictionaries, the offsetMsgId is the store host's hex and the
-    commit-log offset's, built in bulk."""
+    again. Repeated strings go through their dictionaries; the offsetMsgId is the store host's hex and the
+    commit-log offset's (16 hex digits, non-negative: the walk checked it is the record's position), joined in bulk.
+    pyarrow alone (the executors' Python may hold nothing else: txmq.spark.package)."""
     names = pa.array(cols.names, type=pa.string())
-    offsets = np.array(cols.offsets, dtype=np.int64)
     hosts = pa.array([h.hex().upper() for h in cols.hosts], type=pa.string())
-    msg_ids = pc.binary_join_element_wise(_ids(cols.host_ids, hosts), _hex16(offsets), "")
+    hex_offsets = pa.array([b"%016X" % v for v in cols.offsets], type=pa.binary()).cast(pa.string())
+    msg_ids = pc.binary_join_element_wise(_ids(cols.host_ids, hosts), hex_offsets, "")
     i64, i32 = pa.int64(), pa.int32()
     arrays = [
-        _KIND_NAMES.take(pa.array(np.array(cols.kinds, dtype=np.int8))),
-        pa.array(offsets),
+        _KIND_NAMES.take(pa.array(cols.kinds, type=pa.int8())),
+        pa.array(cols.offsets, type=i64),
         pa.array(cols.halves, type=i64),
         pa.array(cols.half_qos, type=i64),
         _ids(cols.groups, names),
