@@ -65,8 +65,11 @@ def print_stages(events_dir: str) -> None:
     import json
 
     stages: dict[int, dict[str, object]] = {}
-    for name in os.listdir(events_dir):
-        with open(os.path.join(events_dir, name)) as f:
+    files = [os.path.join(d, n) for d, _dirs, names in os.walk(events_dir) for n in names if n[:3] in ("app", "eve")]
+    for path in files:
+        if os.path.getsize(path) == 0:
+            continue
+        with open(path) as f:
             for line in f:
                 event = json.loads(line)
                 kind = event.get("Event")
@@ -132,7 +135,12 @@ def main() -> None:
         events_dir = os.path.join(work, "spark-events")
         if args.stages:
             os.makedirs(events_dir, exist_ok=True)
-            conf |= {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events_dir}
+            conf |= {
+                "spark.eventLog.enabled": "true",
+                "spark.eventLog.dir": events_dir,
+                "spark.eventLog.compress": "false",
+                "spark.eventLog.rolling.enabled": "false",
+            }
         t1 = time.perf_counter()
         spark = get_spark(args.master, app_name="bench-audit", conf=conf)
         spark.sparkContext.setLogLevel("ERROR")
