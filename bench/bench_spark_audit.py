@@ -65,7 +65,8 @@ def print_stages(events_dir: str) -> None:
     import json
 
     stages: dict[int, dict[str, object]] = {}
-    files = [os.path.join(d, n) for d, _dirs, names in os.walk(events_dir) for n in names if n[:3] in ("app", "eve")]
+    walked = [(d, n) for d, _dirs, names in os.walk(events_dir) for n in names]
+    files = [os.path.join(d, n) for d, n in walked if n[0] != "." and "appstatus" not in n]
     for path in files:
         if os.path.getsize(path) == 0:
             continue
