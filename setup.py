@@ -31,6 +31,7 @@ HOT_MODULES = [
     "txmq/protocol/record/codec.py",
     "txmq/protocol/record/view.py",
     "txmq/protocol/record/walk.py",
+    "txmq/protocol/record/txcolumns.py",
     "txmq/store/entry.py",
     "txmq/store/dispatch.py",
     "txmq/store/writer.py",

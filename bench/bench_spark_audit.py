@@ -59,25 +59,72 @@ def scan_cpu(store: str) -> str:
     return f"{rows} rows in {cpu:.2f} CPU s, {cpu / rows * 1e6:.2f} us per row"
 
 
+def print_stages(events_dir: str) -> None:
+    """Each stage of the run (Spark's event log): its wall time, its tasks' run time and JVM CPU time, its shuffle
+    writes and reads: where the Spark side of the audit goes (a Python worker's own CPU is not in the JVM's)."""
+    import json
+
+    stages: dict[int, dict[str, object]] = {}
+    walked = [(d, n) for d, _dirs, names in os.walk(events_dir) for n in names]
+    files = [os.path.join(d, n) for d, n in walked if n[0] != "." and "appstatus" not in n]
+    for path in files:
+        if os.path.getsize(path) == 0:
+            continue
+        with open(path) as f:
+            for line in f:
+                event = json.loads(line)
+                kind = event.get("Event")
+                if kind == "SparkListenerTaskEnd":
+                    metrics = event.get("Task Metrics") or {}
+                    st = stages.setdefault(event["Stage ID"], {"run": 0.0, "cpu": 0.0, "sw": 0, "sr": 0})
+                    st["run"] += metrics.get("Executor Run Time", 0) / 1e3  # type: ignore[operator]
+                    st["cpu"] += metrics.get("Executor CPU Time", 0) / 1e9  # type: ignore[operator]
+                    st["sw"] += (metrics.get("Shuffle Write Metrics") or {}).get("Shuffle Bytes Written", 0)  # type: ignore[operator]
+                    read = metrics.get("Shuffle Read Metrics") or {}
+                    st["sr"] += read.get("Remote Bytes Read", 0) + read.get("Local Bytes Read", 0)  # type: ignore[operator]
+                elif kind == "SparkListenerStageCompleted":
+                    info = event["Stage Info"]
+                    st = stages.setdefault(info["Stage ID"], {"run": 0.0, "cpu": 0.0, "sw": 0, "sr": 0})
+                    st["name"] = info["Stage Name"]
+                    st["tasks"] = info["Number of Tasks"]
+                    st["wall"] = (info.get("Completion Time", 0) - info.get("Submission Time", 0)) / 1e3
+    print("stage  tasks  wall s  task run s  JVM CPU s  shuffle write MB  shuffle read MB  name")
+    for sid in sorted(stages):
+        st = stages[sid]
+        print(
+            f"{sid:5d} {st.get('tasks', 0):6d} {st.get('wall', 0.0):7.1f} {st['run']:11.1f} {st['cpu']:10.1f}"
+            f" {st['sw'] / 1e6:17.1f} {st['sr'] / 1e6:16.1f}  {st.get('name', '?')}"  # type: ignore[operator]
+        )
+    total = sum(st.get("wall", 0.0) for st in stages.values())  # type: ignore[misc]
+    cpu = sum(st["cpu"] for st in stages.values())  # type: ignore[misc]
+    print(f"{len(stages)} stages, {total:.1f} s of stage wall time, {cpu:.1f} s of JVM CPU in tasks")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--transactions", type=int, default=1_000_000)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--dir", default=None, help="work folder (default: a temp folder, removed afterwards)")
+    ap.add_argument(
+        "--store", default=None, help="audit this store (written earlier by this benchmark with the same count) instead"
+    )
     ap.add_argument("--segment-size", type=int, default=1 << 30, help="commit-log segment size (broker default 1 GiB)")
     ap.add_argument("--report", action="store_true", help="also draw the HTML report")
     ap.add_argument("--cpu", action="store_true", help="phases in CPU seconds of the process tree, not wall time")
     ap.add_argument("--scan-cpu", action="store_true", help="also time the store scan alone (CPU s, one process)")
+    ap.add_argument(
+        "--stages", action="store_true", help="print each Spark stage's time and JVM CPU (from Spark's event log)"
+    )
     args = ap.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="txmq-bench-audit-")
-    store = os.path.join(work, "store")
+    store = args.store or os.path.join(work, "store")
     out = os.path.join(work, "out")
     try:
         n = args.transactions
         plan = Plan(commit=n * 70 // 100, rollback=n * 20 // 100, discard=n * 5 // 100)
         plan.pending = n - plan.commit - plan.rollback - plan.discard
         t0 = time.perf_counter()
-        written = write_transactions(store, plan, segment_size=args.segment_size)
+        written = "reused" if args.store else write_transactions(store, plan, segment_size=args.segment_size)
         gen = time.perf_counter() - t0
         segments = len(os.listdir(os.path.join(store, "commitlog")))
         print(f"store: {n} transactions {written} written in {gen:.1f}s ({segments} commit-log segment(s))")
@@ -86,6 +133,15 @@ def main() -> None:
             "spark.sql.shuffle.partitions": "8",
             "spark.driver.memory": "2g",
         }
+        events_dir = os.path.join(work, "spark-events")
+        if args.stages:
+            os.makedirs(events_dir, exist_ok=True)
+            conf |= {
+                "spark.eventLog.enabled": "true",
+                "spark.eventLog.dir": events_dir,
+                "spark.eventLog.compress": "false",
+                "spark.eventLog.rolling.enabled": "false",
+            }
         t1 = time.perf_counter()
         spark = get_spark(args.master, app_name="bench-audit", conf=conf)
         spark.sparkContext.setLogLevel("ERROR")
@@ -112,6 +168,8 @@ def main() -> None:
         if args.scan_cpu:
             print(f"scan in this process, no Spark: {scan_cpu(store)}")
         spark.stop()
+        if args.stages:
+            print_stages(events_dir)
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -39,9 +39,11 @@ from txmq.protocol.record import (
     encode_record,
     join_properties,
     property_value,
+    record_starts,
     tags_code,
     walk_segment,
 )
+from txmq.protocol.record.txcolumns import TxColumns
 from txmq.store.entry import encode_entry, entry_from_bytes
 
 RECORD_FIELDS = (
@@ -186,6 +188,32 @@ def op_walk(data: bytes, options: dict[str, Any]) -> tuple[Any, ...]:
         walk.close()
     fields = (result.start, result.end, result.reason, result.clean_end, result.blank)
     return (*fields, result.records, result.bytes, result.skipped, items, skipped)
+
+
+def op_tx_columns(data: bytes, base: int, pos: int, stop: int, chunk: int, max_rows: int) -> tuple[Any, ...]:
+    """The audit's walker over ``data`` (a segment whose first byte is ``base``), given pieces of ``chunk`` bytes and
+    batches of ``max_rows`` rows, as ``transaction_batches`` drives it: every column, dictionary and stop."""
+    cols = TxColumns()
+    out: list[Any] = []
+    at = pos
+    piece = data[at : at + chunk]
+    for _ in range(10_000):
+        pos = cols.walk(piece, at, pos, base, len(data), stop, max_rows)
+        out.append((pos, cols.need, cols.reason, cols.clean, cols.end, cols.damaged, list(cols.skipped)))
+        out.append([list(c) for c in (cols.kinds, cols.offsets, cols.halves, cols.half_qos, cols.groups, cols.topics,
+                    cols.qids, cols.qos, cols.tx_ids, cols.uniqs, cols.host_ids, cols.decisions, cols.checks,
+                    cols.borns, cols.storeds, cols.seqs)])  # fmt: skip
+        cols.clear()
+        cols.skipped.clear()
+        if cols.reason is not None:
+            break
+        if cols.need:
+            at, piece = pos, data[pos : pos + max(chunk, cols.need)]
+    return (*out, list(cols.names), list(cols.hosts))
+
+
+def op_record_starts(data: bytes, points: list[int], start: int) -> list[int]:
+    return record_starts(data, sorted(points), start=start)
 
 
 def op_properties(text: str, key: str, other: str) -> tuple[Any, ...]:

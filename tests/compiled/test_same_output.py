@@ -244,6 +244,56 @@ def test_any_segment_walks_to_the_same_records_and_the_same_stop(interpreted: An
     same(interpreted, "walk", data, options)
 
 
+TX_TOPICS = ["RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "Orders"]
+TX_PROPS = st.dictionaries(
+    st.sampled_from(
+        [
+            "UNIQ_KEY",
+            "PGROUP",
+            "REAL_TOPIC",
+            "REAL_QID",
+            "__transactionId__",
+            "TXMQ_TX_ID",
+            "TXMQ_TX_SEQ",
+            "TRANSACTION_CHECK_TIMES",
+            "TAGS",
+            "KEYS",
+            "TXMQ_HALF_PHYS",
+            "TXMQ_DECISION",
+        ]
+    ),
+    st.sampled_from(["d", "txmq_resume", "COMMIT", "1,2", "12", "x", "a b", "-3", "2147483648"]) | NAME,
+    max_size=6,
+)
+
+
+@st.composite
+def tx_segments(draw: st.DrawFn) -> tuple[bytes, int]:
+    """Segments of transaction records (any topic, sysFlag, properties and body), damaged or not."""
+    base = draw(st.sampled_from([0, 1 << 30]))
+    out = bytearray()
+    for fields in draw(st.lists(record_fields(), max_size=5)):
+        fields["physical_offset"] = base + len(out)
+        fields["topic"] = draw(st.sampled_from(TX_TOPICS))
+        fields["properties"] = draw(TX_PROPS)
+        fields["body"] = draw(st.sampled_from([b"5", b"1,2", b"x", b""]) | st.binary(max_size=10))
+        out += encode_record(MessageRecord(**fields))
+    data = draw(damaged(bytes(out))) if draw(st.booleans()) else bytes(out) + bytes(draw(st.integers(0, 40)))
+    return data, base
+
+
+@given(tx_segments(), st.data())
+@SETTINGS
+def test_any_segment_gives_the_same_transaction_columns(interpreted: Any, segment: Any, data: st.DataObject) -> None:
+    raw, base = segment
+    pos = data.draw(st.integers(0, len(raw)))
+    stop = data.draw(st.integers(0, len(raw) + 10))
+    chunk = data.draw(st.sampled_from([8, 100, 1 << 20]))
+    same(interpreted, "tx_columns", raw, base, 0, stop, chunk, data.draw(st.sampled_from([1, 2, 1000])))
+    same(interpreted, "tx_columns", raw, base, pos, stop, chunk, 1000)
+    same(interpreted, "record_starts", raw, data.draw(st.lists(st.integers(0, len(raw) + 10), max_size=4)), 0)
+
+
 @given(st.text(max_size=60) | st.lists(PROP | st.sampled_from(["\x01", "\x02"]), max_size=12).map("".join), TEXT, TEXT)
 @SETTINGS
 def test_any_properties_text_decodes_alike(interpreted: Any, text: str, key: str, other: str) -> None:

@@ -123,8 +123,8 @@ def check_counts(spark: SparkSession, store: str) -> DataFrame:
 
 def transaction_audit(spark: SparkSession, store: str, events: DataFrame | None = None) -> DataFrame:
     """One row per transaction in ``store`` (see AUDIT_COLUMNS): a half message, or the messages of a transaction
-    of several together; lazily evaluated but for one small job (the distinct op sequences, see
-    :func:`transaction_decisions`).
+    of several together; lazily evaluated but for two small jobs (whether the store has op markers written by
+    RocketMQ, and the distinct op sequences, see :func:`transaction_decisions`).
 
     ``events`` defaults to :func:`transaction_events`, which several steps of the plan read; pass a cached or
     materialised copy (as :func:`run_audit` does) to scan the store once."""
@@ -141,17 +141,19 @@ def transaction_audit(spark: SparkSession, store: str, events: DataFrame | None 
         "tx_seq",
     )
     by_queue_offset = halves.select(col("half_queue_offset").alias("q"), col("half_phys").alias("hp"))
-    ops = (
-        ev.filter(col("kind").isin("OP", "RESUME"))
-        .join(by_queue_offset, col("half_queue_offset") == col("q"), "left")
-        .select(
-            F.coalesce(col("half_phys"), col("hp")).alias("half_phys"),
-            "kind",
-            "decision",
-            "commit_log_offset",
-            "born_timestamp",
+    op_columns = ("kind", "decision", "commit_log_offset", "born_timestamp")
+    all_ops = ev.filter(col("kind").isin("OP", "RESUME"))
+    ops = all_ops.filter(col("half_phys").isNotNull()).select("half_phys", *op_columns)
+    # txmq's markers name their half message's commit-log offset. RocketMQ's do not (a store that RocketMQ wrote):
+    # they are matched to their half message by its queue offset, which costs a join over every half message, made
+    # only when the store has such markers (one small job looks).
+    anonymous = all_ops.filter(col("half_phys").isNull())
+    if anonymous.limit(1).count():
+        ops = ops.unionByName(
+            anonymous.join(by_queue_offset, col("half_queue_offset") == col("q"), "left").select(
+                col("hp").alias("half_phys"), *op_columns
+            )
         )
-    )
     # How each transaction ended: its op records replayed in log order through the broker's own fold.
     decisions = transaction_decisions(spark, ops)
     deliveries = (

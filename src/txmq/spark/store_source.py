@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from txmq.errors import RecordDecodeError
-from txmq.protocol.op_marker import OP_TAG, RESUME_TAG, parse_marker
-from txmq.protocol.record import MessageRecord, Prop, RecordView, WalkResult, walk_segment
+from txmq.protocol.record import MessageRecord, RecordView, WalkResult, record_starts, walk_segment
+from txmq.protocol.record.txcolumns import KINDS, TxColumns
 from txmq.protocol.topics import TRANS_CHECK_MAX_TIME_TOPIC as DISCARD_TOPIC
 from txmq.protocol.topics import TRANS_HALF_TOPIC as HALF_TOPIC
 from txmq.protocol.topics import TRANS_OP_HALF_TOPIC as OP_TOPIC
@@ -37,8 +38,6 @@ from txmq.spark.errors import TxmqSparkError
 log = logging.getLogger("txmq.spark")
 
 __all__ = ["DISCARD_TOPIC", "HALF_TOPIC", "OP_TOPIC", "TxmqStoreDataSource", "list_segments", "scan_segment"]
-TX_COMMIT_TYPE = 0x8
-TX_MASK = 0xC
 
 TX_COLUMNS = (
     ("kind", "string"),  # HALF, OP, RESUME, DELIVERY, DISCARD_COPY
@@ -89,22 +88,29 @@ def commitlog_dir(path: str) -> str:
 
 @dataclass
 class Segment(InputPartition):
-    """Records of one segment file whose start lies in ``[start + lo, start + hi)``."""
+    """Records of one segment file whose start lies in ``[start + lo, start + hi)``. ``first``, when known (>= 0), is
+    where the first of them begins (found on the driver by :func:`list_segments`), so the walk starts there instead
+    of hopping from the segment's first record."""
 
     path: str
     start: int
     lo: int
     hi: int
+    first: int
 
-    def __init__(self, path: str, start: int, lo: int = 0, hi: int = 1 << 62) -> None:
+    def __init__(self, path: str, start: int, lo: int = 0, hi: int = 1 << 62, first: int = -1) -> None:
         self.path = path
         self.start = start
         self.lo = lo
         self.hi = hi
+        self.first = first
 
 
 def list_segments(path: str, split_bytes: int | None = None) -> list[Segment]:
-    """The segments of a store, each cut into byte ranges of ``split_bytes`` (whole segments when None)."""
+    """The segments of a store, each cut into byte ranges of ``split_bytes`` (whole segments when None). A segment
+    cut into several ranges is chained once here, by TOTALSIZE, to find where each range's first record starts; a
+    range the chain does not reach (past the end of the data, or past a break) holds nothing and is left out: the
+    store is read as it was when the job was planned."""
     directory = commitlog_dir(path)
     names = sorted(n for n in os.listdir(directory) if n.isdigit() and len(n) == 20)
     out = []
@@ -114,9 +120,21 @@ def list_segments(path: str, split_bytes: int | None = None) -> list[Segment]:
             out.append(Segment(file, int(name)))
             continue
         size = os.path.getsize(file)
-        for lo in range(0, max(size, 1), split_bytes):
-            out.append(Segment(file, int(name), lo, lo + split_bytes))
+        los = list(range(0, max(size, 1), split_bytes))
+        firsts = _first_records(file, los) if len(los) > 1 else [0]
+        for lo, first in zip(los, firsts, strict=True):
+            if first >= 0:  # past the end of the data (or a break in the chain) when the job was planned: empty
+                out.append(Segment(file, int(name), lo, lo + split_bytes, first))
     return out
+
+
+def _first_records(file: str, points: list[int]) -> list[int]:
+    """Where the first record at or past each point starts (-1: the chain does not reach it)."""
+    try:
+        with open(file, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
+            return record_starts(mm, points)
+    except (OSError, ValueError):  # vanished, or emptied, since it was listed
+        return [-1] * len(points)
 
 
 def scan_segment(seg: Segment, *, with_body: bool = True) -> Iterator[MessageRecord]:
@@ -124,33 +142,38 @@ def scan_segment(seg: Segment, *, with_body: bool = True) -> Iterator[MessageRec
     return scan(seg, lambda view: view.to_record(with_body=with_body))
 
 
-def scan(seg: Segment, decode: Callable[[RecordView], Any]) -> Iterator[Any]:
-    """``decode(view)`` for every valid record of ``seg`` whose start lies in its range (None results dropped).
+@contextlib.contextmanager
+def segment_views(seg: Segment) -> Iterator[tuple[Iterator[RecordView], WalkResult]]:
+    """The walk over the valid records of ``seg`` whose start lies in its range (:class:`RecordView` s, each valid
+    until the walk moves on), and the :class:`WalkResult` it fills; an empty walk for a vanished segment.
 
-    A range that does not start at the segment's beginning hops from record to record by TOTALSIZE to its first
-    record (records cannot be found from an arbitrary byte); the hop stops, like the walk, at anything odd. A record
-    whose body CRC alone fails is skipped with a warning; anything else odd ends the segment.
-    """
+    A range walks from its first record (found by :func:`list_segments`), or hops from the segment's first record
+    by TOTALSIZE when that is not known (records cannot be found from an arbitrary byte); the hop stops, like the
+    walk, at anything odd. A record whose body CRC alone fails is skipped with a warning; anything else odd ends
+    the segment, with a warning when the walk is over."""
+    result = WalkResult()
     try:
         fd = os.open(seg.path, os.O_RDONLY)
     except FileNotFoundError:
         log.warning("segment %s vanished (retention?); skipped", seg.path)
+        yield iter(()), result
         return
     try:
         size = os.fstat(fd).st_size
-        if size < 8 or seg.lo >= size:
-            return
-        mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        mm = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size >= 8 and seg.lo < size else None
     finally:
         os.close(fd)
+    if mm is None:
+        yield iter(()), result
+        return
 
     def skipped(phys: int, size: int, why: str) -> None:
         log.warning("%s: damaged record at commit-log offset %d (%d bytes) skipped: %s", seg.path, phys, size, why)
 
-    result = WalkResult()
     views = walk_segment(
         mm,
         base=seg.start,
+        start=seg.first if 0 <= seg.first < size else 0,
         tail_room=0,
         hop_to=seg.start + seg.lo,
         stop_at=seg.start + seg.hi,
@@ -160,6 +183,18 @@ def scan(seg: Segment, decode: Callable[[RecordView], Any]) -> Iterator[Any]:
         result=result,
     )
     try:
+        yield views, result
+        if not result.clean_end:
+            log.warning("%s: stopped at %d (torn or damaged record: %s)", seg.path, result.end, result.reason)
+    finally:
+        views.close()  # releases the walk's buffer export, so the map can close
+        mm.close()
+
+
+def scan(seg: Segment, decode: Callable[[RecordView], Any]) -> Iterator[Any]:
+    """``decode(view)`` for every valid record of ``seg`` whose start lies in its range (None results dropped); see
+    :func:`segment_views`. A record whose topic or properties are not UTF-8 ends the segment, with a warning."""
+    with segment_views(seg) as (views, _result):
         for view in views:
             try:
                 item = decode(view)
@@ -168,162 +203,104 @@ def scan(seg: Segment, decode: Callable[[RecordView], Any]) -> Iterator[Any]:
                 return
             if item is not None:
                 yield item
-        if not result.clean_end:
-            log.warning("%s: stopped at %d (torn or damaged record: %s)", seg.path, result.end, result.reason)
-    finally:
-        views.close()  # releases the walk's buffer export, so the map can close
-        mm.close()
 
 
-_HALF = HALF_TOPIC.encode()
-_OP = OP_TOPIC.encode()
-_DISCARD = DISCARD_TOPIC.encode()
+_KIND_NAMES = pa.array(KINDS, type=pa.string())
+_NO_ID = pa.scalar(None, type=pa.int32())
 
 
-def _int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
+def _ids(values: list[int], dictionary: pa.Array) -> pa.Array:
+    """Indices into ``dictionary`` (-1: null) as the values they stand for."""
+    ids = pa.array(values, type=pa.int32())
+    return dictionary.take(pc.if_else(pc.less(ids, 0), _NO_ID, ids))
 
 
-class TransactionColumns:
-    """The ``transactions`` view (TX_COLUMNS) built column by column from record views: a half message, one row per
-    decision of an op marker (a marker may hold several) or resume record, a committed delivery, a discard copy.
-    Any other record is skipped from its topic and sysFlag alone, before anything else is decoded.
+def tx_batch(cols: TxColumns, schema: pa.Schema) -> pa.RecordBatch:
+    """The rows of ``cols`` as one Arrow batch of the ``transactions`` view (TX_COLUMNS); ``cols`` starts empty
+    again. Repeated strings go through their dictionaries; the offsetMsgId is the store host's hex and the
+    commit-log offset's (16 hex digits, non-negative: the walk checked it is the record's position), joined in bulk.
+    pyarrow alone (the executors' Python may hold nothing else: txmq.spark.package)."""
+    names = pa.array(cols.names, type=pa.string())
+    hosts = pa.array([h.hex().upper() for h in cols.hosts], type=pa.string())
+    hex_offsets = pa.array([b"%016X" % v for v in cols.offsets], type=pa.binary()).cast(pa.string())
+    msg_ids = pc.binary_join_element_wise(_ids(cols.host_ids, hosts), hex_offsets, "")
+    i64, i32 = pa.int64(), pa.int32()
+    arrays = [
+        _KIND_NAMES.take(pa.array(cols.kinds, type=pa.int8())),
+        pa.array(cols.offsets, type=i64),
+        pa.array(cols.halves, type=i64),
+        pa.array(cols.half_qos, type=i64),
+        _ids(cols.groups, names),
+        _ids(cols.topics, names),
+        pa.array(cols.qids, type=i32),
+        pa.array(cols.qos, type=i64),
+        pa.array(cols.tx_ids, type=pa.string()),
+        pa.array(cols.uniqs, type=pa.string()),
+        msg_ids,
+        _ids(cols.decisions, names),
+        pa.array(cols.checks, type=i32),
+        pa.array(cols.borns, type=i64),
+        pa.array(cols.storeds, type=i64),
+        pa.array(cols.seqs, type=i32),
+    ]
+    cols.clear()
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    The hot loop of the audit: per record one header read, one properties parse, and the offsetMsgId from the
-    store host's hex (kept per host) and the offset, with no record object or row tuple in between."""
 
-    def __init__(self) -> None:
-        self.columns: tuple[list[Any], ...] = tuple([] for _ in TX_COLUMNS)
-        self._prefix: dict[bytes, str] = {}  # store host bytes -> their upper-case hex
-
-    def __len__(self) -> int:
-        return len(self.columns[0])
-
-    def add(self, view: RecordView) -> None:
-        topic = view.topic_bytes
-        sys_flag = view.sys_flag
-        if topic == _HALF:
-            kind = "HALF"
-        elif topic == _OP:
-            kind = "OP"
-        elif topic == _DISCARD:
-            kind = "DISCARD_COPY"
-        elif sys_flag & TX_MASK == TX_COMMIT_TYPE:
-            kind = "DELIVERY"
-        else:
-            return
-        _size, _magic, _crc, queue_id, _flag, queue_offset, phys, _sys, born = view.head()
-        props = view.properties
-        host = view.store_host_bytes
-        prefix = self._prefix.get(host)
-        if prefix is None:
-            prefix = self._prefix[host] = host.hex().upper()
-        msg_id = f"{prefix}{phys:016X}"
-        stored = view.store_timestamp
-        uniq = props.get(Prop.UNIQ_KEY)
-        several = props.get(Prop.TX_ID)
-        seq = _int(props.get(Prop.TX_SEQ)) if several else None
-        (kinds, offsets, halves, half_qos, groups, topics, qids, qos, tx_ids, uniqs, msg_ids, decisions, checks, borns,
-         storeds, seqs) = self.columns  # fmt: skip
-        if kind == "OP":
-            tag = props.get(Prop.TAGS)
-            if tag != OP_TAG and tag != RESUME_TAG:
-                return
-            try:
-                marked = parse_marker(view.body, props)
-            except ValueError:
-                return  # a malformed marker is ignored, as the broker does
-            keys = (props.get(Prop.KEYS) or "").split(" ")
-            if len(keys) != len(marked):  # txmq markers list the transactions' UNIQ_KEYs in KEYS, in order
-                keys = [uniq] * len(marked)
-            is_op = tag == OP_TAG
-            for m, key in zip(marked, keys, strict=True):
-                kinds.append("OP" if is_op else "RESUME")
-                offsets.append(phys)
-                halves.append(m.half_phys)
-                half_qos.append(m.half_queue_offset)
-                groups.append(None)
-                topics.append(None)
-                qids.append(None)
-                qos.append(queue_offset)
-                tx_ids.append(None)
-                uniqs.append(key or None)
-                msg_ids.append(msg_id)
-                decisions.append(m.decision if is_op else None)
-                checks.append(None)
-                borns.append(born)
-                storeds.append(stored)
-                seqs.append(None)
-            return
-        kinds.append(kind)
-        offsets.append(phys)
-        msg_ids.append(msg_id)
-        uniqs.append(uniq)
-        decisions.append(None)
-        borns.append(born)
-        storeds.append(stored)
-        seqs.append(seq)
-        if kind == "HALF":
-            halves.append(phys)
-            half_qos.append(queue_offset)
-            groups.append(props.get(Prop.PGROUP))
-            topics.append(props.get(Prop.REAL_TOPIC))
-            qids.append(_int(props.get(Prop.REAL_QID)))
-            qos.append(None)
-            tx_ids.append(several or props.get(Prop.TRANSACTION_ID) or uniq)
-            checks.append(None)
-        elif kind == "DISCARD_COPY":
-            halves.append(None)
-            half_qos.append(None)
-            groups.append(props.get(Prop.PGROUP))
-            topics.append(props.get(Prop.REAL_TOPIC))
-            qids.append(_int(props.get(Prop.REAL_QID)))
-            qos.append(queue_offset)
-            tx_ids.append(props.get(Prop.TRANSACTION_ID) or uniq)
-            checks.append(_int(props.get(Prop.TRANSACTION_CHECK_TIMES)))
-        else:  # DELIVERY: a committed copy in the real topic, pointing at its half message
-            halves.append(view.prepared_transaction_offset)
-            half_qos.append(None)
-            groups.append(props.get(Prop.PGROUP))
-            topics.append(view.topic)
-            qids.append(queue_id)
-            qos.append(queue_offset)
-            tx_ids.append(several or props.get(Prop.TRANSACTION_ID) or uniq)
-            checks.append(None)
-
-    def batch(self, schema: pa.Schema) -> pa.RecordBatch:
-        """The rows added so far as one Arrow batch; the columns start empty again."""
-        arrays = [pa.array(col, type=f.type) for f, col in zip(schema, self.columns, strict=True)]
-        for col in self.columns:
-            col.clear()
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+CHUNK_BYTES = 8 << 20  # the transactions view reads a range in pieces of this size
 
 
 def transaction_batches(seg: Segment, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """The ``transactions`` view of one segment (range), in Arrow batches of about ``batch_rows`` rows."""
+    """The ``transactions`` view of one segment (range), in Arrow batches of about ``batch_rows`` rows: the range's
+    bytes read in pieces and walked by :meth:`TxColumns.walk` (the checks of :func:`segment_views`' walk)."""
     schema = arrow_schema(TX_COLUMNS)
-    cols = TransactionColumns()
-    add = cols.add
-    with contextlib.closing(scan(seg, _same)) as views:
-        for view in views:  # each view is used before the walk moves on (its map closes with the walk)
-            try:
-                add(view)
-            except RecordDecodeError as exc:  # topic or properties that are not UTF-8
-                log.warning("%s: stopped at %d (damaged record: %s)", seg.path, view.physical_offset, exc)
+    cols = TxColumns()
+    try:
+        f = open(seg.path, "rb")  # noqa: SIM115 (closed below, after the generator's last batch)
+    except FileNotFoundError:
+        log.warning("segment %s vanished (retention?); skipped", seg.path)
+        return
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 8 or seg.lo >= size:
+            return
+        pos = seg.first if 0 <= seg.first < size else _hop(f, size, seg.lo)
+        if pos < 0:
+            return
+        stop = min(size, seg.hi)
+        at, data = pos, _read(f, pos, CHUNK_BYTES)
+        while True:
+            pos = cols.walk(data, at, pos, seg.start, size, stop, batch_rows)
+            for phys, why in cols.skipped:
+                log.warning("%s: record at %d skipped: %s", seg.path, phys, why)
+            cols.skipped.clear()
+            if len(cols) >= batch_rows or (cols.reason is not None and len(cols)):
+                yield tx_batch(cols, schema)
+            if cols.reason is not None:
                 break
-            if len(cols) >= batch_rows:
-                yield cols.batch(schema)
-    if len(cols):
-        yield cols.batch(schema)
+            if cols.need:  # the piece ended mid-record: read on from its start
+                at, data = pos, _read(f, pos, max(CHUNK_BYTES, cols.need))
+                if len(data) < cols.need:  # the file shrank under the reader (retention): what was read stays
+                    log.warning("%s: cut short at %d while it was read", seg.path, seg.start + pos)
+                    return
+    if cols.damaged is not None:
+        log.warning("%s: stopped at %d (damaged record: %s)", seg.path, cols.damaged[0], cols.damaged[1])
+    elif not cols.clean:
+        log.warning("%s: stopped at %d (torn or damaged record: %s)", seg.path, seg.start + cols.end, cols.reason)
 
 
-def _same(view: RecordView) -> RecordView:
-    return view
+def _hop(f: Any, size: int, lo: int) -> int:
+    """Where the first record at or past ``lo`` starts, chained by TOTALSIZE from the segment's start (-1: the chain
+    does not reach it, and the range holds nothing)."""
+    if lo == 0:
+        return 0
+    with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as mm:
+        return record_starts(mm, [lo])[0]
+
+
+def _read(f: Any, pos: int, count: int) -> bytes:
+    f.seek(pos)
+    return f.read(count)  # type: ignore[no-any-return]
 
 
 def _batches(rows: Iterator[tuple[Any, ...]], schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:

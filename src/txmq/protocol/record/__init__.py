@@ -71,6 +71,7 @@ from txmq.protocol.record.walk import (
     find_record,
     iter_views,
     record_damage,
+    record_starts,
     walk_segment,
 )
 
@@ -126,6 +127,7 @@ __all__ = [
     "read_record_size",
     "read_store_timestamp",
     "record_damage",
+    "record_starts",
     "stamp_record",
     "store_timestamp_pos",
     "tags_code",

@@ -102,15 +102,8 @@ def walk_segment(
     reason = ""  # why the walk stopped; "" while it goes on (a str from the start: see the ``finally``)
     clean = True
     try:
-        while pos < hop_to - base:
-            if limit - pos < BLANK_HEADER_SIZE:
-                reason = "end of the buffer before the range"
-                break
-            size, magic = size_magic(view, pos)
-            if magic != MAGIC_CODE or size < MIN_RECORD_SIZE:
-                reason = f"no record chain to the range at {base + pos}"
-                break
-            pos += size
+        if pos < hop_to - base:
+            pos, reason = _hop(view, pos, hop_to - base, limit, base)
         while not reason:
             phys = base + pos
             if pos >= stop:
@@ -220,6 +213,41 @@ def walk_segment(
         res.records += records
         res.bytes += nbytes
         res.skipped += skipped
+
+
+def _hop(view: memoryview, pos: int, target: int, limit: int, base: int) -> tuple[int, str]:
+    """From the record at ``pos``, chain by TOTALSIZE (magic and size checked, nothing else) to the first record
+    starting at or past ``target``: its position, and ""; or where the chain broke, and why."""
+    size_magic = SIZE_MAGIC.unpack_from
+    while pos < target:
+        if limit - pos < BLANK_HEADER_SIZE:
+            return pos, "end of the buffer before the range"
+        size, magic = size_magic(view, pos)
+        if magic != MAGIC_CODE or size < MIN_RECORD_SIZE:
+            return pos, f"no record chain to the range at {base + pos}"
+        pos += size
+    return pos, ""
+
+
+def record_starts(buf: Any, points: list[int], *, start: int = 0) -> list[int]:
+    """For each of ``points`` (buffer positions, ascending), where the first record starting at or past it begins,
+    chaining by TOTALSIZE from the record at ``start`` the way :func:`walk_segment` hops to ``hop_to``; -1 for a
+    point the chain does not reach (zeros, a blank or garbage before it). One pass over the buffer for all points:
+    a reader that splits a segment into ranges finds every range's first record at once, so each range's walk
+    starts right there instead of hopping from the segment's start."""
+    view = memoryview(buf)
+    out: list[int] = []
+    try:
+        pos = start
+        broken = False
+        for point in points:
+            if not broken and pos < point:
+                pos, why = _hop(view, pos, point, len(view), 0)
+                broken = bool(why)
+            out.append(-1 if broken else pos)
+    finally:
+        view.release()
+    return out
 
 
 def iter_views(buf: Any, **options: Any) -> Iterator[RecordView]:
