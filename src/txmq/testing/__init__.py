@@ -7,6 +7,7 @@ Nothing here imports pytest.
 
 from txmq.testing._broker import InProcessBroker, wait_idle
 from txmq.testing._clock import FakeClock, settle
+from txmq.testing._etcd import EtcdServer, etcd_binary
 from txmq.testing._eventually import DEFAULT_TIMEOUT, aeventually, eventually
 from txmq.testing._memory import MemoryTransport, memory_connection_pair
 from txmq.testing._processes import DevCluster, ExtraBroker, free_port
@@ -14,11 +15,13 @@ from txmq.testing._processes import DevCluster, ExtraBroker, free_port
 __all__ = [
     "DEFAULT_TIMEOUT",
     "DevCluster",
+    "EtcdServer",
     "ExtraBroker",
     "FakeClock",
     "InProcessBroker",
     "MemoryTransport",
     "aeventually",
+    "etcd_binary",
     "eventually",
     "free_port",
     "memory_connection_pair",
