@@ -155,6 +155,11 @@ class Broker:
         if ha is not None:
             ha.set_required(replicas)
 
+    def set_lease_deadline(self, deadline: float | None) -> None:
+        ha = self.app.ha_master
+        if ha is not None:
+            ha.lease_deadline = deadline
+
     def save_epochs(self, entries: list[Any]) -> None:
         from txmq.broker.ha.epoch_file import write_epochs
 

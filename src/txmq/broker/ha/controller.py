@@ -54,6 +54,7 @@ class ReplicaHost(Protocol):
     def unfence(self) -> None: ...
     def in_sync_replicas(self) -> frozenset[str]: ...
     def set_required(self, replicas: frozenset[str] | None) -> None: ...
+    def set_lease_deadline(self, deadline: float | None) -> None: ...
     def save_epochs(self, entries: list[EpochEntry]) -> None: ...
 
 
@@ -225,6 +226,8 @@ class EtcdController:
             await self._apply(self.machine.lease_gone())
         else:
             await self._apply(self.machine.renewed(sent))
+            if self.machine.role is Role.LEADING and self.host is not None:
+                self.host.set_lease_deadline(self.machine.lease_valid_until)
 
     async def _apply(self, effects: list[Effect]) -> None:
         host = self.host
@@ -240,6 +243,7 @@ class EtcdController:
                 host.save_epochs(list(self.machine.local_epochs))
                 await host.become_master(effect.epoch, effect.start_offset)
                 host.set_required(frozenset())
+                host.set_lease_deadline(self.machine.lease_valid_until)
                 host.unfence()
             elif isinstance(effect, Follow):
                 host.save_epochs(list(effect.history))

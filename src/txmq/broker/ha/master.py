@@ -71,6 +71,9 @@ class HaMaster:
         self.required: frozenset[str] | None = None
         self.joining: dict[str, int] = {}
         self.fenced = ""  # why this master acknowledges nothing (controller mode, lease not renewed in time)
+        # Controller mode: the monotonic time after which the lease may have expired; checked on every send, so a
+        # master that wakes up late (SIGSTOP, a long pause) refuses before its controller task has even run.
+        self.lease_deadline: float | None = None
         self.confirmed = -1  # the highest log end acknowledged to a producer
 
     async def start(self, host: str) -> None:
@@ -194,9 +197,17 @@ class HaMaster:
     def unfence(self) -> None:
         self.fenced = ""
 
+    def fence_reason(self) -> str:
+        """Why this master must not acknowledge now ("" when it may)."""
+        if self.fenced:
+            return self.fenced
+        if self.lease_deadline is not None and self.clock.monotonic() >= self.lease_deadline:
+            return "its controller lease was not renewed in time"
+        return ""
+
     async def wait_replicated(self, offset: int, timeout: float) -> ReplicaWait:
         """Wait until a slave has the commit log durably up to ``offset`` (a send's end)."""
-        if self.fenced:
+        if self.fence_reason():
             return ReplicaWait.FENCED
         if self.replicated_to() >= offset:
             self.confirmed = max(self.confirmed, offset)
@@ -211,7 +222,7 @@ class HaMaster:
         timer = self.clock.call_later(timeout, lambda: fut.done() or fut.cancel())
         try:
             outcome = await fut
-            if outcome is ReplicaWait.PUT_OK and self.fenced:
+            if outcome is ReplicaWait.PUT_OK and self.fence_reason():
                 return ReplicaWait.FENCED
             if outcome is ReplicaWait.PUT_OK:
                 self.confirmed = max(self.confirmed, offset)

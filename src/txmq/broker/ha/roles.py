@@ -50,8 +50,9 @@ def refusing_when_fenced(handler: Handler, ha: HaMaster) -> Handler:
     """An ASYNC_MASTER's send handler in controller mode: refused, not stored, while the master is fenced."""
 
     def call(conn: Any, cmd: RemotingCommand) -> Any:
-        if ha.fenced:
-            return None if cmd.is_oneway else fenced_refusal(cmd, ha.fenced)
+        reason = ha.fence_reason()
+        if reason:
+            return None if cmd.is_oneway else fenced_refusal(cmd, reason)
         return handler(conn, cmd)
 
     return call
@@ -74,7 +75,7 @@ def waiting_for_slave(handler: Handler, ha: HaMaster, store: MessageStore, timeo
         if outcome is ReplicaWait.PUT_OK:
             return response
         if outcome is ReplicaWait.FENCED:
-            return fenced_refusal(cmd, ha.fenced)
+            return fenced_refusal(cmd, ha.fence_reason() or "fenced while waiting")
         response.code = (
             ResponseCode.FLUSH_SLAVE_TIMEOUT
             if outcome is ReplicaWait.FLUSH_SLAVE_TIMEOUT
@@ -88,8 +89,9 @@ def waiting_for_slave(handler: Handler, ha: HaMaster, store: MessageStore, timeo
         return response
 
     def call(conn: Any, cmd: RemotingCommand) -> Any:
-        if ha.fenced:
-            return None if cmd.is_oneway else fenced_refusal(cmd, ha.fenced)
+        reason = ha.fence_reason()
+        if reason:
+            return None if cmd.is_oneway else fenced_refusal(cmd, reason)
         result = handler(conn, cmd)
         if result is None or cmd.is_oneway:
             return result

@@ -1,0 +1,255 @@
+"""Controller mode with real processes: a private etcd, a name server and two ``txmq broker`` replicas of one
+brokerName (issue 21: automatic failover, fencing, the old master's tail cut when it rejoins)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from txmq.broker.ha.epoch_file import read_epochs, write_epochs
+from txmq.client import Message
+from txmq.client.sync import Admin, Producer, PullConsumer
+from txmq.errors import CorruptStoreError
+from txmq.ha.election import EpochEntry
+from txmq.protocol.codes import RequestCode, ResponseCode
+from txmq.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
+from txmq.testing import EtcdServer, ExtraBroker, etcd_binary, eventually, free_port
+
+BROKER = "broker-fo"
+TOPIC = "TopicFailover"
+
+
+def _need_etcd() -> None:
+    if etcd_binary() is None:
+        if os.environ.get("TXMQ_REQUIRE_ETCD") == "1":
+            pytest.fail("etcd is not installed (apt-get install etcd-server) and TXMQ_REQUIRE_ETCD=1")
+        pytest.skip("etcd is not installed (apt-get install etcd-server)")
+
+
+@dataclass
+class Replicas:
+    etcd: EtcdServer
+    namesrv_addr: str
+    brokers: list[ExtraBroker]
+
+    def route(self) -> dict[int, str]:
+        with Admin(self.namesrv_addr) as admin:
+            return dict(admin.cluster_info().broker_addrs.get(BROKER, {}))
+
+    def master(self) -> ExtraBroker:
+        addr = self.route()[0]
+        return next(b for b in self.brokers if b.broker_addr == addr)
+
+    def other(self, broker: ExtraBroker) -> ExtraBroker:
+        return next(b for b in self.brokers if b is not broker)
+
+    def status(self, broker: ExtraBroker) -> dict[str, str]:
+        with Admin(self.namesrv_addr) as admin:
+            return admin.broker_runtime_info(broker.broker_addr)
+
+    def wait_both_in_sync(self, timeout: float = 30) -> None:
+        def ok() -> bool:
+            try:
+                route = self.route()
+                if len(route) != 2 or 0 not in route:
+                    return False
+                return len(self.status(self.master()).get("haSyncStateSet", "").split(",")) == 2
+            except Exception:
+                return False
+
+        eventually(ok, "a master and a slave, both in the in-sync set", timeout=timeout)
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[Replicas]:
+    _need_etcd()
+    etcd = EtcdServer(tmp_path / "etcd").start()
+    port = free_port()
+    log = open(tmp_path / "namesrv.out", "w")  # noqa: SIM115 - closed with the process
+    namesrv = subprocess.Popen(
+        [sys.executable, "-m", "txmq", "namesrv", "--host", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    common = {
+        "brokerName": BROKER,
+        "brokerIP1": "127.0.0.1",
+        "grpcListenPort": "0",
+        "metricsPort": "0",
+        "mappedFileSizeCommitLog": str(16 << 20),
+        "brokerRole": "SYNC_MASTER",
+        "enableControllerMode": "true",
+        "controllerAddr": etcd.endpoint,
+        "transactionTimeOut": "1000",
+    }
+    brokers = [
+        ExtraBroker(tmp_path / f"replica{i}", {**common, "brokerId": str(i)}, namesrv_port=port) for i in (1, 2)
+    ]
+    try:
+        eventually(lambda: _connects(port), "the name server listens", timeout=20)
+        for b in brokers:
+            b.start()
+        r = Replicas(etcd, f"127.0.0.1:{port}", brokers)
+        r.wait_both_in_sync()
+        with Admin(r.namesrv_addr) as admin:
+            admin.create_topic(TOPIC, cluster="DefaultCluster", read_queue_nums=4, write_queue_nums=4)
+        yield r
+    finally:
+        for b in brokers:
+            if b.proc is not None and b.proc.poll() is None:
+                os.killpg(b.proc.pid, signal.SIGCONT)
+            b.kill()
+        namesrv.kill()
+        namesrv.wait(10)
+        etcd.stop()
+
+
+def _connects(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def _stored_bodies(namesrv: str) -> list[str]:
+    bodies: list[str] = []
+    with PullConsumer("FailoverReader", namesrv) as consumer:
+        for mq in consumer.fetch_queues(TOPIC):
+            offset = 0
+            while True:
+                result = consumer.pull(mq, "*", offset, 32)
+                if result.status.name != "FOUND":
+                    break
+                bodies += [m.body.decode() for m in result.messages]
+                offset = result.next_begin_offset
+    return bodies
+
+
+def _send_acked(producer: Producer, bodies: list[str]) -> list[str]:
+    acked = []
+    for body in bodies:
+        result = producer.send(Message(TOPIC, body.encode()))
+        assert result.status.name == "SEND_OK", result
+        acked.append(body)
+    return acked
+
+
+def _raw_send(addr: str, body: bytes, timeout: float = 10.0) -> RemotingCommand | None:
+    """One SEND_MESSAGE straight to ``addr``; None when the connection closed without an answer."""
+    host, _, port = addr.rpartition(":")
+    header = {
+        "producerGroup": "PG_RAW",
+        "topic": TOPIC,
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": "0",
+        "sysFlag": "0",
+        "bornTimestamp": str(int(time.time() * 1000)),
+        "flag": "0",
+        "properties": "",
+        "reconsumeTimes": "0",
+        "unitMode": "false",
+        "batch": "false",
+    }
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(encode_frame(RemotingCommand.request(RequestCode.SEND_MESSAGE, header, body)))
+        decoder = FrameDecoder()
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            frames = decoder.feed(chunk)
+            if frames:
+                return frames[0]
+
+
+def test_killed_master_fails_over_and_comes_back_as_a_slave_without_its_unacknowledged_tail(
+    replicas: Replicas,
+) -> None:
+    old = replicas.master()
+    new = replicas.other(old)
+    with Producer("PG_FAILOVER", replicas.namesrv_addr) as producer:
+        acked = _send_acked(producer, [f"before-{i}" for i in range(50)])
+        # Freeze the slave, so the next send is stored on the master but never acknowledged, then kill the master.
+        os.killpg(new.proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+        answer: list[RemotingCommand | None] = []
+        sender = threading.Thread(target=lambda: answer.append(_raw_send(old.broker_addr, b"unacknowledged-tail")))
+        sender.start()
+        time.sleep(1.0)  # stored on the master, waiting for the frozen slave
+        old.kill()
+        sender.join(15)
+        assert not answer or answer[0] is None or answer[0].code != ResponseCode.SUCCESS
+        os.killpg(new.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        eventually(lambda: replicas.route().get(0) == new.broker_addr, "the slave is elected", timeout=30)
+        acked += _send_acked(producer, [f"after-{i}" for i in range(20)])
+
+    old.start()
+    replicas.wait_both_in_sync()
+    assert replicas.route()[0] == new.broker_addr
+    log_text = old.log_text()
+    assert "dropped" in log_text and "that the new master never had" in log_text, log_text[-3000:]
+    stored = _stored_bodies(replicas.namesrv_addr)
+    assert sorted(stored) == sorted(acked)  # nothing acknowledged lost, the unacknowledged tail gone
+    # The old master's epoch file now holds the controller's history: its epoch, then the new master's.
+    epochs = read_epochs(str(old.data_dir / "store"))
+    assert [e.epoch for e in epochs] == [1, 2]
+    assert epochs[1].start_offset > 0
+    status = replicas.status(new)
+    assert status["haEpoch"] == "2" and status["haControllerRole"] == "leading"
+
+
+def test_a_master_frozen_longer_than_its_lease_acknowledges_nothing_and_rejoins_as_a_slave(
+    replicas: Replicas,
+) -> None:
+    old = replicas.master()
+    new = replicas.other(old)
+    with Producer("PG_FAILOVER", replicas.namesrv_addr) as producer:
+        acked = _send_acked(producer, [f"before-{i}" for i in range(20)])
+        os.killpg(old.proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+        try:
+            eventually(lambda: replicas.route().get(0) == new.broker_addr, "the slave takes over", timeout=30)
+            # The frozen master still holds its connections; a send queued to it now is read when it wakes up.
+            answer: list[RemotingCommand | None] = []
+            sender = threading.Thread(target=lambda: answer.append(_raw_send(old.broker_addr, b"split-brain?")))
+            sender.start()
+            time.sleep(0.5)
+        finally:
+            os.killpg(old.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        sender.join(20)
+        assert answer, "no answer from the woken master"
+        assert answer[0] is None or answer[0].code != ResponseCode.SUCCESS, answer[0]
+        acked += _send_acked(producer, [f"after-{i}" for i in range(20)])
+    replicas.wait_both_in_sync()
+    assert replicas.route()[0] == new.broker_addr
+    assert "rejoining as a slave" in old.log_text()
+    stored = _stored_bodies(replicas.namesrv_addr)
+    assert set(acked) <= set(stored)
+    assert "split-brain?" not in stored  # the woken master stored it at most in a tail it then cut
+
+
+def test_epoch_file_round_trips_and_refuses_garbage(tmp_path: Path) -> None:
+    entries = [EpochEntry(1, 0), EpochEntry(3, 4096)]
+    write_epochs(str(tmp_path), entries)
+    assert read_epochs(str(tmp_path)) == entries
+    assert read_epochs(str(tmp_path / "none")) == []
+    (tmp_path / "epochFile").write_text("1 0\nthree 12\n")
+    with pytest.raises(CorruptStoreError, match="epochFile:2"):
+        read_epochs(str(tmp_path))
+    (tmp_path / "epochFile").write_text("2 0\n1 12\n")
+    with pytest.raises(CorruptStoreError, match="does not follow"):
+        read_epochs(str(tmp_path))
