@@ -23,9 +23,9 @@ def test_the_quick_failover_campaign_loses_nothing(tmp_path: Path) -> None:
             pytest.fail("etcd is not installed (apt-get install etcd-server) and TXMQ_REQUIRE_ETCD=1")
         pytest.skip("etcd is not installed (apt-get install etcd-server)")
     out = tmp_path / "chaos.json"
+    command = [sys.executable, "-m", "txmq", "chaos", "--quick", "--parts", "failover", "--json", str(out)]
     proc = subprocess.run(
-        [sys.executable, "-m", "txmq", "chaos", "--quick", "--parts", "failover", "--json", str(out)]
-        + ["--work-dir", str(tmp_path / "work"), "-q"],
+        [*command, "--work-dir", str(tmp_path / "work"), "-q"],
         capture_output=True,
         text=True,
         timeout=540,
