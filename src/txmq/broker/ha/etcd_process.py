@@ -1,5 +1,6 @@
-"""A throwaway single-member etcd (Debian's ``etcd-server``) on free loopback ports, for controller-mode tests and
-the failover campaign. ``etcd_binary()`` is None when etcd is not installed."""
+"""A private single-member etcd (Debian's ``etcd-server``) on free loopback ports: the controller of ``txmq dev
+--replicas N --controller``, of controller-mode tests and of the failover campaign (re-exported by txmq.testing).
+``etcd_binary()`` is None when etcd is not installed."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-from txmq.testing._processes import free_port
 
 
 def etcd_binary() -> str | None:
@@ -35,6 +34,8 @@ class EtcdServer:
         binary = etcd_binary()
         if binary is None:
             raise RuntimeError("etcd is not installed (Debian: apt-get install etcd-server)")
+        from txmq.testing._processes import free_port
+
         self.client_port = self.client_port or free_port()
         peer_port = free_port()
         self.data_dir.mkdir(parents=True, exist_ok=True)
