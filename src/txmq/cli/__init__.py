@@ -171,7 +171,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         etcd: Any = None
 
         async def start() -> None:
-            nonlocal broker
+            nonlocal broker, etcd
             ns_port = await ns.start(args.host, args.namesrv_port)
             config = BrokerConfig.from_file(args.config) if args.config else BrokerConfig()
             config.store_path_root_dir = str(data / "store")
