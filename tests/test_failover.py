@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from txmq.broker.ha.epoch_file import read_epochs, write_epochs
-from txmq.client import Message
-from txmq.client.sync import Admin, Producer, PullConsumer
+from txmq.client import LocalTransactionState, Message
+from txmq.client.sync import Admin, Producer, PullConsumer, TransactionProducer
 from txmq.errors import CorruptStoreError
 from txmq.ha.election import EpochEntry
 from txmq.protocol.codes import RequestCode, ResponseCode
@@ -94,6 +94,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
         "enableControllerMode": "true",
         "controllerAddr": etcd.endpoint,
         "transactionTimeOut": "1000",
+        "transactionCheckInterval": "1000",
     }
     brokers = [ExtraBroker(tmp_path / f"replica{i}", {**common, "brokerId": str(i)}, namesrv_port=port) for i in (1, 2)]
     try:
@@ -267,6 +268,45 @@ def test_a_master_frozen_longer_than_its_lease_acknowledges_nothing_and_rejoins_
     stored = _stored_bodies(replicas.namesrv_addr)
     assert set(acked) <= set(stored)
     assert "split-brain?" not in stored  # the woken master stored it at most in a tail it then cut
+
+
+class _Undecided:
+    """Leaves every transaction open (as a producer that died before END_TRANSACTION); a check decides by body."""
+
+    def __init__(self) -> None:
+        self.checked: list[str] = []
+
+    def execute_local_transaction(self, message: Message, arg: object) -> LocalTransactionState:
+        return LocalTransactionState.UNKNOWN
+
+    def check_local_transaction(self, message: object) -> LocalTransactionState:
+        body = message.body.decode()  # type: ignore[attr-defined]
+        self.checked.append(body)
+        return LocalTransactionState.COMMIT if body.startswith("tx-commit") else LocalTransactionState.ROLLBACK
+
+
+def test_a_transaction_left_open_on_the_old_master_is_checked_back_by_the_new_one(replicas: Replicas) -> None:
+    replicas.wait_both_in_sync()
+    old = replicas.master()
+    new = replicas.other(old)
+    listener = _Undecided()
+    with TransactionProducer("PG_FAILOVER_TX", replicas.namesrv_addr, listener) as producer:
+        for body in ("tx-commit-1", "tx-rollback-1"):
+            result = producer.send_message_in_transaction(Message(TOPIC, body.encode()))
+            assert result.local_transaction_state is LocalTransactionState.UNKNOWN
+        old.kill()  # both half messages are on the slave (SYNC_MASTER acknowledged them), neither is decided
+        eventually(lambda: replicas.route().get(0) == new.broker_addr, "the slave is elected", timeout=30)
+        eventually(
+            lambda: "tx-commit-1" in _stored_bodies(replicas.namesrv_addr),
+            "the new master checked the open transaction back and committed it",
+            timeout=60,
+        )
+        eventually(lambda: "tx-rollback-1" in listener.checked, "the other one is checked too", timeout=60)
+    stored = _stored_bodies(replicas.namesrv_addr)
+    assert stored.count("tx-commit-1") == 1
+    assert "tx-rollback-1" not in stored
+    old.start()
+    replicas.wait_both_in_sync()
 
 
 def test_epoch_file_round_trips_and_refuses_garbage(tmp_path: Path) -> None:
