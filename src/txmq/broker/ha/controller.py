@@ -141,9 +141,27 @@ class EtcdController:
         self.view, self._revs = parse_view(self.prefix, list(result))
         return self.view
 
-    async def prepare(self) -> ClusterView:
-        """Read etcd before the store opens (the broker truncates its log with what this says)."""
-        return await self.read()
+    async def prepare(self, patience: float = 30.0) -> ClusterView:
+        """Read etcd before the store opens (the broker truncates its log with what this says); etcd may still be
+        starting, so keep trying for ``patience`` seconds."""
+        deadline = self.clock.monotonic() + patience
+        while True:
+            try:
+                return await self.read()
+            except Exception as exc:
+                if self.clock.monotonic() > deadline:
+                    raise
+                self._note(f"etcd {self.config.controller_addr} not reachable yet: {type(exc).__name__}: {exc}")
+                await self._drop_client()
+                await self.clock.sleep(0.5)
+
+    async def _drop_client(self) -> None:
+        if self._client is not None:
+            try:
+                await self._client.close()
+            except Exception:
+                pass
+            self._client = None
 
     # -- the loop
 
@@ -186,7 +204,8 @@ class EtcdController:
         while True:
             now = self.clock.monotonic()
             try:
-                if self.machine.role in (Role.LEADING, Role.FENCED) and now - last_renew >= renew_every:
+                # A fenced master stops renewing: its record expires, and a new election (perhaps of itself) follows.
+                if self.machine.role is Role.LEADING and now - last_renew >= renew_every:
                     last_renew = now
                     await self._renew()
                 await self._apply(self.machine.tick(self.clock.monotonic()))
@@ -210,12 +229,7 @@ class EtcdController:
             except Exception as exc:  # etcd unreachable: keep trying; a master fences itself on the TTL
                 self._note(f"etcd {self.config.controller_addr}: {type(exc).__name__}: {exc}")
                 await self._apply(self.machine.tick(self.clock.monotonic()))
-                if self._client is not None:
-                    try:
-                        await self._client.close()
-                    except Exception:
-                        pass
-                    self._client = None
+                await self._drop_client()
             await self.clock.sleep(self.poll)
 
     async def _renew(self) -> None:
@@ -251,11 +265,28 @@ class EtcdController:
             elif isinstance(effect, Rejoin):
                 log.warning("controller: rejoining as a slave (%s)", effect.reason)
                 host.fence(effect.reason)
-                await host.rejoin(effect.leader, effect.truncate_at, effect.reason)
+                while True:  # the broker is down until this works: keep trying
+                    try:
+                        await host.rejoin(effect.leader, effect.truncate_at, effect.reason)
+                        break
+                    except Exception:
+                        log.exception("controller: restarting as a slave failed; retrying")
+                        await self.clock.sleep(1.0)
             elif isinstance(effect, PublishSyncSet):
                 await self._publish_sync_set(effect.members)
 
     async def _campaign(self, epoch: int) -> None:
+        try:
+            await self._run_campaign(epoch)
+        except Exception as exc:
+            # Unknown outcome (etcd unreachable, a timeout after the commit): count it lost. If it was in fact won,
+            # the record names this replica under a lease nobody renews; it expires and a new election follows.
+            self._note(f"the election for epoch {epoch} failed: {type(exc).__name__}: {exc}")
+            if self.machine.role is Role.CAMPAIGNING:
+                await self._apply(self.machine.lost())
+            await self._drop_client()
+
+    async def _run_campaign(self, epoch: int) -> None:
         host = self.host
         assert host is not None and self.view is not None
         import aetcd  # noqa: F401  # the client is connected by now
