@@ -309,6 +309,25 @@ def test_a_transaction_left_open_on_the_old_master_is_checked_back_by_the_new_on
     replicas.wait_both_in_sync()
 
 
+def test_while_etcd_is_unreachable_the_master_acknowledges_nothing_and_serves_again_after(replicas: Replicas) -> None:
+    replicas.wait_both_in_sync()
+    master = replicas.master()
+    etcd = replicas.etcd.proc
+    assert etcd is not None
+    os.killpg(etcd.pid, signal.SIGSTOP)
+    try:
+        time.sleep(3.0)  # longer than two thirds of the 3 s lease: the master cannot know it still leads
+        answer = _raw_send(master.broker_addr, b"while-etcd-is-away")
+        assert answer is not None and answer.code == ResponseCode.SERVICE_NOT_AVAILABLE, answer
+        assert "fenced" in (answer.remark or "")
+    finally:
+        os.killpg(etcd.pid, signal.SIGCONT)
+    with Producer("PG_FAILOVER", replicas.namesrv_addr) as producer:
+        acked = _send_acked(producer, ["after-etcd-came-back"], timeout=60)
+    replicas.wait_both_in_sync()
+    assert "after-etcd-came-back" in _stored_bodies(replicas.namesrv_addr) and acked
+
+
 def test_epoch_file_round_trips_and_refuses_garbage(tmp_path: Path) -> None:
     entries = [EpochEntry(1, 0), EpochEntry(3, 4096)]
     write_epochs(str(tmp_path), entries)
