@@ -303,6 +303,7 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
             result.info["to_first_ack_p50_s"] = round(statistics.median(times), 2)
             result.info["to_first_ack_max_s"] = round(max(times), 2)
             result.info["failovers_over_10s"] = sum(t >= 10 for t in times)
+        result.info["cpp_failovers_timed"] = len(cpp_times)  # kills after which the C++ client got an ack
         if cpp_times:
             result.info["cpp_to_first_ack_p50_s"] = round(statistics.median(cpp_times), 2)
             result.info["cpp_to_first_ack_max_s"] = round(max(cpp_times), 2)
