@@ -237,6 +237,15 @@ def test_killed_master_fails_over_and_comes_back_as_a_slave_without_its_unacknow
     assert epochs[-1].start_offset > 0
     status = replicas.status(new)
     assert status["haEpoch"] == str(epoch + 1) and status["haControllerRole"] == "leading"
+    shown = subprocess.run(
+        [sys.executable, "-m", "txmq", "admin", "-n", replicas.namesrv_addr, "cluster", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    members = ",".join(sorted(b.broker_addr for b in replicas.brokers))
+    assert f"leading, epoch {epoch + 1}, in-sync set [{members}]" in shown, shown
+    assert f"following, epoch {epoch + 1}, in-sync set [{members}]" in shown, shown
 
 
 def test_a_master_frozen_longer_than_its_lease_acknowledges_nothing_and_rejoins_as_a_slave(
