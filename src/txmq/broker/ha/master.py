@@ -251,6 +251,9 @@ class HaMaster:
             fut = waiters[n][2]
             if not fut.done():
                 fut.set_result(ReplicaWait.PUT_OK)
+                # Counted now, not when the waiting send resumes: a slave that starts joining in between must
+                # have this offset before it is called in sync.
+                self.confirmed = max(self.confirmed, waiters[n][0])
             n += 1
         if n:
             del waiters[:n]
