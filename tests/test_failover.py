@@ -23,7 +23,7 @@ from txmq.errors import CorruptStoreError
 from txmq.ha.election import EpochEntry
 from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
-from txmq.testing import EtcdServer, ExtraBroker, etcd_binary, eventually, free_port
+from txmq.testing import EtcdServer, ExtraBroker, NameServerProcess, etcd_binary, eventually
 
 BROKER = "broker-fo"
 TOPIC = "TopicFailover"
@@ -76,14 +76,8 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
     _need_etcd()
     tmp_path = tmp_path_factory.mktemp("failover")
     etcd = EtcdServer(tmp_path / "etcd").start()
-    port = free_port()
-    log = open(tmp_path / "namesrv.out", "w")  # noqa: SIM115 - closed with the process
-    namesrv = subprocess.Popen(
-        [sys.executable, "-m", "txmq", "namesrv", "--host", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    namesrv = NameServerProcess(tmp_path / "namesrv.out").start()
+    port = namesrv.port
     common = {
         "brokerName": BROKER,
         "brokerIP1": "127.0.0.1",
@@ -98,10 +92,9 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
     }
     brokers = [ExtraBroker(tmp_path / f"replica{i}", {**common, "brokerId": str(i)}, namesrv_port=port) for i in (1, 2)]
     try:
-        eventually(lambda: _connects(port), "the name server listens", timeout=20)
         for b in brokers:
             b.start()
-        r = Replicas(etcd, f"127.0.0.1:{port}", brokers)
+        r = Replicas(etcd, namesrv.addr, brokers)
         r.wait_both_in_sync()
 
         with Admin(r.namesrv_addr) as admin:
@@ -112,17 +105,8 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
             if b.proc is not None and b.proc.poll() is None:
                 os.killpg(b.proc.pid, signal.SIGCONT)
             b.kill()
-        namesrv.kill()
-        namesrv.wait(10)
+        namesrv.stop()
         etcd.stop()
-
-
-def _connects(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
 
 
 def _stored_bodies(namesrv: str) -> list[str]:

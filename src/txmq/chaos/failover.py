@@ -21,10 +21,8 @@ import os
 import random
 import re
 import signal
-import socket
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from txmq.chaos.report import PartResult
-from txmq.testing import EtcdServer, ExtraBroker, etcd_binary, free_port
+from txmq.testing import EtcdServer, ExtraBroker, NameServerProcess, etcd_binary
 
 BROKER = "broker-failover"
 TOPIC = "ChaosFailover"
@@ -212,15 +210,9 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
     rng = random.Random(settings.seed)
     work.mkdir(parents=True, exist_ok=True)
     etcd = EtcdServer(work / "etcd").start()
-    port = free_port()
-    namesrv_log = open(work / "namesrv.out", "w")  # noqa: SIM115 - closed with the process
-    namesrv = subprocess.Popen(
-        [sys.executable, "-m", "txmq", "namesrv", "--host", "127.0.0.1", "-p", str(port)],
-        stdout=namesrv_log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    namesrv_addr = f"127.0.0.1:{port}"
+    namesrv = NameServerProcess(work / "namesrv.out").start()
+    port = namesrv.port
+    namesrv_addr = namesrv.addr
     common = {
         "brokerName": BROKER,
         "brokerIP1": "127.0.0.1",
@@ -239,7 +231,6 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
     times: list[float] = []
     cpp_times: list[float] = []
     try:
-        _wait(lambda: _connects(port), 20, "the name server did not start")
         starters = [threading.Thread(target=r.start, kwargs={"timeout": 60}) for r in replicas]
         for t in starters:
             t.start()
@@ -319,20 +310,10 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
             cpp_load.stop()
         for r in replicas:
             r.kill()
-        namesrv.kill()
-        namesrv.wait(10)
-        namesrv_log.close()
+        namesrv.stop()
         etcd.stop()
         result.seconds = time.monotonic() - started
     return result
-
-
-def _connects(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
 
 
 async def run_failover_campaign(settings: FailoverSettings, work: Path, say: Any) -> PartResult:

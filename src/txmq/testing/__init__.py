@@ -10,7 +10,7 @@ from txmq.testing._broker import InProcessBroker, wait_idle
 from txmq.testing._clock import FakeClock, settle
 from txmq.testing._eventually import DEFAULT_TIMEOUT, aeventually, eventually
 from txmq.testing._memory import MemoryTransport, memory_connection_pair
-from txmq.testing._processes import DevCluster, ExtraBroker, free_port
+from txmq.testing._processes import DevCluster, ExtraBroker, NameServerProcess, free_port
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -20,6 +20,7 @@ __all__ = [
     "FakeClock",
     "InProcessBroker",
     "MemoryTransport",
+    "NameServerProcess",
     "aeventually",
     "etcd_binary",
     "eventually",
