@@ -241,6 +241,8 @@ def test_killed_master_fails_over_checks_its_open_transactions_and_comes_back_wi
     assert replicas.route()[0] == new.broker_addr
     log_text = old.log_text()
     assert "dropped" in log_text and "that the new master never had" in log_text, log_text[-3000:]
+    dropped = int(log_text.split("dropped ")[1].split(" bytes")[0])
+    assert int(replicas.status(old)["haTruncatedBytes"]) == dropped > 0
     stored = _stored_bodies(replicas.namesrv_addr)
     assert set(acked) <= set(stored)  # nothing acknowledged lost
     assert stored.count("tx-commit-1") == 1

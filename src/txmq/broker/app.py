@@ -481,6 +481,7 @@ class BrokerApp:
             info["haControllerRole"] = ctl["controllerRole"]
             info["haEpoch"] = ctl["epoch"]
             info["haSyncStateSet"] = ",".join(ctl["syncStateSet"] or [])
+            info["haTruncatedBytes"] = ctl.get("droppedBytes", 0)  # cut from this log when it last rejoined
         if self.ha_slave is not None:
             status = self.ha_slave.status()
             info["haMasterAddr"] = status["masterHaAddr"]

@@ -94,7 +94,7 @@ class Broker:
         config.broker_role, config.broker_id = "SLAVE", self.replica_id
         app = await BrokerApp.open(config, clock=self.clock, host=host)
         app.master_override = ("", "")  # no master until the controller names one
-        app.controller_status = self.controller.status
+        app.controller_status = lambda: {**self.controller.status(), "droppedBytes": self.dropped_bytes}
         self._app = app
         await app.start()
 
