@@ -399,6 +399,10 @@ class BrokerApp:
                 handlers[code] = refusing_when_fenced(handlers[code], self.ha_master)
         handlers[RequestCode.END_TRANSACTION] = self.end_transaction.handle
         handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = self.schedule.send_back
+        if self.config.enable_controller_mode and self.ha_master is not None:
+            # A fenced master decides no transaction and takes no send-back either (its tail may be cut).
+            for code in (RequestCode.END_TRANSACTION, RequestCode.CONSUMER_SEND_MSG_BACK):
+                handlers[code] = refusing_when_fenced(handlers[code], self.ha_master)
         return handlers
 
     async def _promote(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:

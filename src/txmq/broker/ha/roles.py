@@ -47,7 +47,8 @@ def fenced_refusal(cmd: RemotingCommand, reason: str) -> RemotingCommand:
 
 
 def refusing_when_fenced(handler: Handler, ha: HaMaster) -> Handler:
-    """An ASYNC_MASTER's send handler in controller mode: refused, not stored, while the master is fenced."""
+    """A master's write handler in controller mode (ASYNC_MASTER sends, END_TRANSACTION, send-backs): refused,
+    nothing stored, while the master is fenced."""
 
     def call(conn: Any, cmd: RemotingCommand) -> Any:
         reason = ha.fence_reason()
