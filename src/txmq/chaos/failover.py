@@ -10,6 +10,10 @@ Counted:
 * no_new_master: a kill after which no send was acknowledged within ``master_timeout`` (must be 0);
 * seconds from each kill to the first acknowledged send that *started* after it (p50, max; target under 10 s);
 * bytes cut from the old masters' logs when they rejoined (their unacknowledged tails).
+
+Every ``freeze_every``-th round freezes the master with SIGSTOP instead, for longer than its lease, and resumes it
+once the other replica acknowledges sends: ``split_brain_acks`` (must be 0) counts sends the frozen master
+acknowledged after the new master's first one; it must rejoin as a slave on its own.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from txmq.chaos.report import PartResult
+from txmq.protocol.record.codec import decode_offset_msg_id
 from txmq.testing import EtcdServer, ExtraBroker, NameServerProcess, etcd_binary
 
 BROKER = "broker-failover"
@@ -46,6 +51,8 @@ class FailoverSettings:
     load_min: float = 0.5  # seconds of load before each kill
     load_max: float = 3.0
     master_timeout: float = 60.0
+    freeze_every: int = 3  # every third round is SIGSTOP (then SIGCONT) instead of SIGKILL; 0: never
+    lease_seconds: float = 3.0
 
 
 @dataclass
@@ -53,6 +60,7 @@ class _Ack:
     started: float
     acked: float
     body: str
+    broker: str = ""  # host:port of the broker that stored it (from the offsetMsgId)
 
 
 @dataclass
@@ -89,7 +97,8 @@ class _Load:
                     time.sleep(0.05)
                     continue
                 if result.status.name == "SEND_OK":
-                    self.acks.append(_Ack(started, time.monotonic(), body))
+                    (ip, port), _ = decode_offset_msg_id(result.offset_msg_id)
+                    self.acks.append(_Ack(started, time.monotonic(), body, f"{ip}:{port}"))
                 else:
                     self.failures += 1
 
@@ -202,7 +211,7 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
     from txmq.chaos.crash import find_cpp_driver
 
     result = PartResult("failover")
-    result.zero("lost", "no_new_master")
+    result.zero("lost", "no_new_master", "split_brain_acks")
     started = time.monotonic()
     if etcd_binary() is None:
         result.error = "etcd is not installed (Debian: apt-get install etcd-server)"
@@ -230,6 +239,7 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
     result.info["cpp_client"] = "yes" if cpp else "no (venv or driver not found)"
     times: list[float] = []
     cpp_times: list[float] = []
+    freezes = 0
     try:
         starters = [threading.Thread(target=r.start, kwargs={"timeout": 60}) for r in replicas]
         for t in starters:
@@ -248,12 +258,19 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
             time.sleep(rng.uniform(settings.load_min, settings.load_max))
             master_addr = _route(namesrv_addr)[0]
             victim = next(r for r in replicas if r.broker_addr == master_addr)
+            freeze = settings.freeze_every > 0 and n % settings.freeze_every == settings.freeze_every - 1
             killed_at = time.monotonic()
-            victim.kill()
+            if freeze:
+                assert victim.proc is not None
+                os.killpg(victim.proc.pid, signal.SIGSTOP)
+            else:
+                victim.kill()
             deadline = killed_at + settings.master_timeout
             first: float | None = None
             while time.monotonic() < deadline:
-                after = [a.acked for a in list(load.acks[-200:]) if a.started > killed_at]
+                after = [
+                    a.acked for a in list(load.acks[-200:]) if a.started > killed_at and a.broker != victim.broker_addr
+                ]
                 if after:
                     first = min(after) - killed_at
                     break
@@ -265,8 +282,23 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
                 )
             else:
                 times.append(first)
-            victim.start(timeout=60)
+            if freeze:
+                assert victim.proc is not None
+                time.sleep(max(0.0, killed_at + settings.lease_seconds + 1.0 - time.monotonic()))
+                os.killpg(victim.proc.pid, signal.SIGCONT)
+                freezes += 1
+            else:
+                victim.start(timeout=60)
             _wait(lambda: _both_in_sync(namesrv_addr), 90, f"failover {n}: the old master never got back in sync")
+            if freeze and first is not None:
+                new_first = killed_at + first
+                late = [a for a in list(load.acks) if a.broker == victim.broker_addr and a.acked > new_first]
+                for a in late:
+                    result.fail(
+                        "split_brain_acks",
+                        f"failover {n}: {a.body} acknowledged by the frozen {victim.broker_addr} "
+                        f"{a.acked - new_first:.2f} s after the new master's first acknowledgement",
+                    )
             if cpp_load is not None:
                 cpp_after = [a.acked for a in list(cpp_load.acks[-500:]) if a.started > killed_at]
                 if cpp_after:
@@ -290,6 +322,7 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
         result.info["stored_twice"] = len(bodies) - len(present)
         result.info["send_failures"] = load.failures + (cpp_load.failures if cpp_load is not None else 0)
         result.info["failovers"] = len(times)
+        result.info["of_which_sigstop"] = freezes
         if times:
             result.info["to_first_ack_p50_s"] = round(statistics.median(times), 2)
             result.info["to_first_ack_max_s"] = round(max(times), 2)
