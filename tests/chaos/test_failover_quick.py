@@ -1,6 +1,7 @@
 """CI's run of the failover campaign: ``txmq chaos --quick --parts failover`` (4 SIGKILLs and 1 SIGSTOP of a
-SYNC_MASTER in controller mode under load from txmq's client and, when its venv is there, the official C++ client), judged from
-the JSON it writes: nothing acknowledged lost, a new master after every kill, and the run's size checked."""
+SYNC_MASTER in controller mode under load from txmq's client and, when its venv is there, the official C++
+client), judged from the JSON it writes: nothing acknowledged lost, a new master after every round, no
+acknowledgement from a frozen master after its successor's, and the run's size checked."""
 
 from __future__ import annotations
 
