@@ -7,8 +7,6 @@ import asyncio
 import os
 import socket
 import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from cluster_harness import DevCluster, ExtraBroker, free_port
+from cluster_harness import DevCluster, ExtraBroker
 from txmq.client import ConsumeFromWhere, ConsumeStatus, Message
 from txmq.client import PushConsumer as AsyncPushConsumer
 from txmq.client.sync import Admin, Producer, PullConsumer
@@ -27,7 +25,7 @@ from txmq.ha.wire import Accept, MasterFrameDecoder, Refuse, encode_hello, encod
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
 from txmq.store.commit_log import segment_name
-from txmq.testing import aeventually, eventually
+from txmq.testing import NameServerProcess, aeventually, eventually
 
 SEGMENT = 16 * 1024 * 1024
 BROKER_CONF = {"mappedFileSizeCommitLog": str(SEGMENT), "transactionTimeOut": "1000"}
@@ -35,7 +33,7 @@ BROKER_CONF = {"mappedFileSizeCommitLog": str(SEGMENT), "transactionTimeOut": "1
 
 @dataclass
 class Pair:
-    namesrv: subprocess.Popen[str]
+    namesrv: subprocess.Popen[bytes]
     namesrv_addr: str
     master: ExtraBroker
     slave: ExtraBroker
@@ -44,25 +42,10 @@ class Pair:
         return self.master.broker_port + 1  # free_port() keeps the neighbour free
 
 
-def _start_namesrv(tmp: Path) -> tuple[subprocess.Popen[str], str]:
-    port = free_port()
-    log = open(tmp / "namesrv.out", "w")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "txmq", "namesrv", "--host", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, f"127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("the name server did not start")
+def _start_namesrv(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    namesrv = NameServerProcess(tmp / "namesrv.out").start()
+    assert namesrv.proc is not None
+    return namesrv.proc, namesrv.addr
 
 
 @pytest.fixture

@@ -18,7 +18,12 @@ from txmq.broker.consumer_admin import ConsumerAdminProcessor, lock_lifetime_sec
 from txmq.broker.end_transaction import EndTransactionProcessor
 from txmq.broker.filters import ConsumerFilters
 from txmq.broker.ha import HaMaster, HaSlave
-from txmq.broker.ha.roles import slave_end_transaction_handler, slave_send_handler, waiting_for_slave
+from txmq.broker.ha.roles import (
+    refusing_when_fenced,
+    slave_end_transaction_handler,
+    slave_send_handler,
+    waiting_for_slave,
+)
 from txmq.broker.locks import QueueLockManager
 from txmq.broker.longpoll import PullHoldService
 from txmq.broker.notify import ConsumerIdsNotifier
@@ -274,6 +279,10 @@ class BrokerApp:
         else:
             self.ha_master = HaMaster(config=config, clock=clock, store=store)
         self._host = host
+        # Controller mode: the master named in etcd (broker address, HA address), and the controller's view for
+        # admin answers; both set by the Broker that owns the controller.
+        self.master_override: tuple[str, str] | None = None
+        self.controller_status: Any = None
         # The gRPC door serves masters only for now: a slave refuses writes, and 5.x clients have no slave reads.
         self.grpc_door = self._grpc_door(host) if config.grpc_listen_port and not config.is_slave else None
         self.rpc_latency: Any = None
@@ -385,8 +394,15 @@ class BrokerApp:
                 handlers[code] = waiting_for_slave(
                     handlers[code], self.ha_master, self.store, self.config.sync_flush_timeout
                 )
+        elif self.config.enable_controller_mode and self.ha_master is not None:
+            for code in send_codes:
+                handlers[code] = refusing_when_fenced(handlers[code], self.ha_master)
         handlers[RequestCode.END_TRANSACTION] = self.end_transaction.handle
         handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = self.schedule.send_back
+        if self.config.enable_controller_mode and self.ha_master is not None:
+            # A fenced master decides no transaction and takes no send-back either (its tail may be cut).
+            for code in (RequestCode.END_TRANSACTION, RequestCode.CONSUMER_SEND_MSG_BACK):
+                handlers[code] = refusing_when_fenced(handlers[code], self.ha_master)
         return handlers
 
     async def _promote(self, _conn: Any, cmd: RemotingCommand) -> RemotingCommand:
@@ -430,6 +446,8 @@ class BrokerApp:
         config = self.config
         config.broker_role, config.broker_id = role, 0
         self.ha_master = HaMaster(config=config, clock=self.clock, store=self.store)
+        if config.enable_controller_mode:
+            self.ha_master.required = frozenset()  # until the controller's in-sync set names the slaves
         await self.ha_master.start(self._host)
         self.registration.ha_port = self.ha_master.port
         self.registration.master_addr = self.registration.master_ha_addr = ""
@@ -449,6 +467,8 @@ class BrokerApp:
 
     def _master_addrs(self) -> tuple[str, str]:
         """A slave's master: (broker address, HA address), from ``haMasterAddress`` or the name server's answer."""
+        if self.master_override is not None:
+            return self.master_override
         registration = self.registration
         return registration.master_addr, self.config.ha_master_address or registration.master_ha_addr
 
@@ -460,6 +480,12 @@ class BrokerApp:
             info["haServerAddr"] = self.ha_master.ha_addr
             info["haSlavesInSync"] = len(in_sync)
             info["haSlaveLagBytes"] = min((s["lagBytes"] for s in in_sync), default=-1)
+        if self.controller_status is not None:
+            ctl = self.controller_status()
+            info["haControllerRole"] = ctl["controllerRole"]
+            info["haEpoch"] = ctl["epoch"]
+            info["haSyncStateSet"] = ",".join(ctl["syncStateSet"] or [])
+            info["haTruncatedBytes"] = ctl.get("droppedBytes", 0)  # cut from this log when it last rejoined
         if self.ha_slave is not None:
             status = self.ha_slave.status()
             info["haMasterAddr"] = status["masterHaAddr"]
@@ -479,6 +505,8 @@ class BrokerApp:
             status["slaves"] = self.ha_master.slaves()
         if self.ha_slave is not None:
             status["master"] = self.ha_slave.status()
+        if self.controller_status is not None:
+            status["controller"] = self.controller_status()
         return status
 
     # -- lifecycle

@@ -101,6 +101,12 @@ class BrokerConfig:
     ha_transfer_batch_size: int = 1024 * 1024  # txmq: 1 MiB per shipment (RocketMQ: 32 KiB)
     sync_flush_timeout: int = 5_000  # ms a SYNC_MASTER waits for its slave before FLUSH_SLAVE_TIMEOUT
     slave_sync_interval: int = 10_000  # txmq: ms between a slave's copies of its master's metadata
+    # Controller mode (automatic failover): RocketMQ 5's switch; controllerAddr names etcd endpoints here
+    # (host:port;...), not a RocketMQ controller. Every replica, the master too, sets brokerId to its own id >= 1.
+    enable_controller_mode: bool = False
+    controller_addr: str = ""
+    ha_controller_lease_millis: int = 3_000  # txmq: the master's etcd lease TTL (whole seconds, at least 2)
+    ha_controller_poll_millis: int = 500  # txmq: how often each replica reads its brokerName's keys in etcd
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod

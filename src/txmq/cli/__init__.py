@@ -136,6 +136,19 @@ async def _wait_in_sync(ha_master: Any, count: int, timeout: float = 15.0) -> No
         await asyncio.sleep(0.05)
 
 
+async def _wait_elected(broker: Any, count: int, timeout: float = 20.0) -> None:
+    """Controller mode: the first replica started is elected; wait until its slaves are in its in-sync set."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        ha = broker.app.ha_master
+        if ha is not None and len(ha.in_sync_replicas()) >= count:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            print("txmq dev: no replica was elected with its slaves in sync in time; see the log", file=sys.stderr)
+            return
+        await asyncio.sleep(0.1)
+
+
 def _sets_role(config_path: str | None) -> bool:
     if not config_path:
         return False
@@ -155,9 +168,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
         ns = NameServer(kv_path=data / "namesrv" / "kv.json")
         broker: Broker | None = None
         slaves: list[Broker] = []
+        etcd: Any = None
 
         async def start() -> None:
-            nonlocal broker
+            nonlocal broker, etcd
             ns_port = await ns.start(args.host, args.namesrv_port)
             config = BrokerConfig.from_file(args.config) if args.config else BrokerConfig()
             config.store_path_root_dir = str(data / "store")
@@ -179,12 +193,22 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 config.mapped_file_size_commit_log = DEV_SEGMENT_SIZE
             if args.replicas and config.broker_role == "ASYNC_MASTER" and not _sets_role(args.config):
                 config.broker_role = "SYNC_MASTER"  # a replica is there to make acknowledged sends survive
+            if args.controller and args.replicas:
+                if args.controller == "etcd":
+                    from txmq.broker.ha.etcd_process import EtcdServer
+
+                    etcd = await asyncio.to_thread(EtcdServer(data / "etcd").start)
+                    config.controller_addr = etcd.endpoint
+                else:
+                    config.controller_addr = args.controller
+                config.enable_controller_mode = True
+                config.broker_id = 1  # in controller mode every replica has its own id; the elected one serves as 0
             broker = Broker(config)
             await broker.start(args.host)
             for i in range(1, args.replicas + 1):
                 slave_config = config.replace(
-                    broker_role="SLAVE",
-                    broker_id=i,
+                    broker_role=broker.master_role if config.enable_controller_mode else "SLAVE",
+                    broker_id=i + 1 if config.enable_controller_mode else i,
                     listen_port=args.broker_port + 10 * i,
                     store_path_root_dir=str(data / f"store-slave{i}"),
                     grpc_listen_port=0,
@@ -199,10 +223,17 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 slaves.append(slave)
             if slaves and broker.app.ha_master is not None:
                 await _wait_in_sync(broker.app.ha_master, len(slaves))
+            elif slaves and config.enable_controller_mode:
+                await _wait_elected(broker, len(slaves))
             replica_lines = "".join(
                 f"  slave {s.config.broker_id}       {s.config.broker_addr}   (SLAVE of {config.broker_name}, "
                 f"store {s.config.store_path_root_dir})\n"
                 for s in slaves
+            ) + (
+                f"  controller    etcd {config.controller_addr}   (automatic failover: the elected replica is "
+                "the master)\n"
+                if config.enable_controller_mode
+                else ""
             )
             print(
                 "txmq dev is running: a name server and a broker"
@@ -242,8 +273,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
             if broker is not None:
                 await broker.close()
             await ns.close()
+            if etcd is not None:
+                etcd.stop()
 
-        await _serve_until_signalled(start, stop)
+        try:
+            await _serve_until_signalled(start, stop)
+        finally:
+            if etcd is not None:
+                etcd.stop()  # also when the start failed half-way
 
     return _run(main)
 
@@ -285,6 +322,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="slaves of the broker in the same process (brokerId 1.., ports broker-port + 10*i); the master becomes "
         "SYNC_MASTER unless -c sets brokerRole",
+    )
+    dev.add_argument(
+        "--controller",
+        default=None,
+        metavar="ETCD",
+        help="with --replicas: automatic failover in controller mode; 'etcd' starts a private etcd (Debian's "
+        "etcd-server) in the data directory, HOST:PORT uses a running one",
     )
     dev.add_argument(
         "--segment-size", type=int, default=None, help="commit-log segment size in bytes (default 128 MiB for dev)"

@@ -146,13 +146,18 @@ async def topic_stats(args: argparse.Namespace) -> int:
 
 
 def _replication_column(rt: dict[str, Any]) -> str:
-    """A master: slaves in sync and the smallest lag; a slave: its link's state and durable offset."""
+    """A master: slaves in sync and the smallest lag; a slave: its link's state and durable offset. In controller
+    mode also the replica's controller role, the epoch and the in-sync set as etcd holds them."""
+    out = "-"
     if "haSlavesInSync" in rt:
         lag = rt.get("haSlaveLagBytes", "-1")
-        return f"{rt['haSlavesInSync']} in sync" + (f", lag {lag} B" if str(lag) != "-1" else "")
-    if "haReplicaState" in rt:
-        return f"{rt['haReplicaState']} at {rt.get('haSlaveDurableOffset', '-')}"
-    return "-"
+        out = f"{rt['haSlavesInSync']} in sync" + (f", lag {lag} B" if str(lag) != "-1" else "")
+    elif "haReplicaState" in rt:
+        out = f"{rt['haReplicaState']} at {rt.get('haSlaveDurableOffset', '-')}"
+    if "haEpoch" in rt:
+        role, members = rt.get("haControllerRole", "-"), rt.get("haSyncStateSet", "")
+        out += f"; {role}, epoch {rt['haEpoch']}, in-sync set [{members}]"
+    return out
 
 
 async def cluster(args: argparse.Namespace) -> int:
@@ -357,7 +362,9 @@ def add_admin_parser(sub: Any) -> None:
     stats.add_argument("topic")
     stats.set_defaults(func=_run(topic_stats))
 
-    what.add_parser("cluster", help="brokers and their runtime figures").set_defaults(func=_run(cluster))
+    cluster_parser = what.add_parser("cluster", help="brokers, roles, replication (epochs, in-sync sets) and figures")
+    cluster_parser.add_argument("op", nargs="?", choices=["list"], default="list", help="list (the default)")
+    cluster_parser.set_defaults(func=_run(cluster))
 
     message = what.add_parser("message", help="find messages").add_subparsers(dest="op", required=True)
     by_id = message.add_parser("id", help="by offsetMsgId, or by msgId (UNIQ_KEY) with --topic")

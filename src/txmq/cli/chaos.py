@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-PARTS = ("crash", "fuzz", "grpc-fuzz", "acl", "disk", "corrupt")
+PARTS = ("crash", "fuzz", "grpc-fuzz", "acl", "disk", "corrupt", "failover")
 # --quick: what CI runs (the counts the issue asks of CI); the long defaults: a dedicated run.
-QUICK = {"trials": 25, "frames": 20_000, "grpc_requests": 2_000, "disk_cycles": 2}
-LONG = {"trials": 1000, "frames": 1_000_000, "grpc_requests": 200_000, "disk_cycles": 20}
+QUICK = {"trials": 25, "frames": 20_000, "grpc_requests": 2_000, "disk_cycles": 2, "failovers": 5}
+LONG = {"trials": 1000, "frames": 1_000_000, "grpc_requests": 200_000, "disk_cycles": 20, "failovers": 50}
 
 
 def _progress(quiet: bool) -> Any:
@@ -71,6 +71,13 @@ async def _campaign(args: argparse.Namespace, work: Path, parts: list[str]) -> A
             from txmq.chaos.corrupt import run_corrupt_campaign
 
             report.parts.append(await run_corrupt_campaign(work / "corrupt", say, quick=args.quick))
+        elif part == "failover":
+            from txmq.chaos.failover import FailoverSettings, run_failover_campaign
+
+            fo = FailoverSettings(failovers=args.failovers, seed=args.seed, cpp=not args.no_cpp)
+            if args.quick:
+                fo.load_min, fo.load_max = 0.3, 1.0
+            report.parts.append(await run_failover_campaign(fo, work / "failover", say))
         say(f"{part}: {'ok' if report.parts[-1].ok else 'FAILED'}")
     return report
 
@@ -127,6 +134,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--frames", type=int, default=None, help="fuzzed frames sent to the 4.x door")
     p.add_argument("--grpc-requests", type=int, default=None, help="fuzzed requests sent to the 5.x gRPC door")
     p.add_argument("--disk-cycles", type=int, default=None, help="fill-the-disk cycles")
+    p.add_argument("--failovers", type=int, default=None, help="master kills of the failover part (etcd needed)")
     p.add_argument("--seed", type=int, default=20261125, help="the campaign's random seed (reruns are the same plan)")
     p.add_argument("--json", default=None, help="where to write the JSON report (default WORK_DIR/chaos.json)")
     p.add_argument("--work-dir", default=None, help="brokers' data and logs (default: a temporary directory)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -301,6 +302,12 @@ class Producer(ClientLifecycle):
                 break
             route = await instance.get_publish_route(msg.topic, self.default_topic_queue_nums, self.auto_create_topic)
             queues = route.publish_queues()
+            if not queues:
+                # No master in the cached route (one failed over): ask the name server again, as RocketMQ's
+                # tryToFindTopicPublishInfo does when the publish info is not ok, instead of waiting for the poll.
+                with contextlib.suppress(RemotingError, MQClientError):
+                    route = await instance.update_route(msg.topic)
+                    queues = route.publish_queues()
             if not queues:
                 raise MQClientError(f"topic {msg.topic} has no writable queue on any broker")
             mq = self._choose_queue(msg, queues, selector, arg, queue, avoid)

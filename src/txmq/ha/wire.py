@@ -5,7 +5,8 @@ RocketMQ 4.x's HA link is a slave sending its 8-byte commit-log offset and a mas
 Java slave, garbage) is told apart from a txmq slave at its first bytes and refused with a reason:
 
 slave -> master
-  ``H`` magic ``TXHA`` u8 version, u64 segment size, u16 name length, brokerName (UTF-8)   the greeting
+  ``H`` magic ``TXHA`` u8 version, u64 segment size, u16 name length, brokerName (UTF-8),
+      u16 address length, the slave's broker address host:port (UTF-8; version 2)               the greeting
   ``R`` u64 offset                                                                       durable commit-log end
 master -> slave
   ``A`` u64 min offset, u64 max offset                                                  greeting accepted
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from txmq.errors import ProtocolError
 
 MAGIC = b"TXHA"
-VERSION = 1
+VERSION = 2  # 2: the greeting names the slave (its broker address), the controller's in-sync set lists it
 MAX_DATA = 64 * 1024 * 1024  # larger than any chunk a master ships (a chunk holds whole records of <= 4 MiB + headers)
 MAX_NAME = 255
 MAX_REASON = 4096
@@ -42,6 +43,7 @@ class Hello:
     version: int
     segment_size: int
     broker_name: str
+    replica_addr: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +72,13 @@ SlaveFrame = Hello | Report
 MasterFrame = Accept | Refuse | Data
 
 
-def encode_hello(broker_name: str, segment_size: int, version: int = VERSION) -> bytes:
+def encode_hello(broker_name: str, segment_size: int, version: int = VERSION, replica_addr: str = "") -> bytes:
     name = broker_name.encode()
-    if len(name) > MAX_NAME:
-        raise ValueError(f"brokerName is longer than {MAX_NAME} bytes")
-    return b"H" + _HELLO.pack(MAGIC, version, segment_size, len(name)) + name
+    addr = replica_addr.encode()
+    if len(name) > MAX_NAME or len(addr) > MAX_NAME:
+        raise ValueError(f"brokerName or the address is longer than {MAX_NAME} bytes")
+    tail = _U16.pack(len(addr)) + addr if version >= 2 else b""
+    return b"H" + _HELLO.pack(MAGIC, version, segment_size, len(name)) + name + tail
 
 
 def encode_report(offset: int) -> bytes:
@@ -135,12 +139,23 @@ class SlaveFrameDecoder(_Decoder):
             end = 1 + _HELLO.size + name_len
             if len(buf) < end:
                 return None
+            addr_raw = b""
+            if version >= 2:
+                if len(buf) < end + 2:
+                    return None
+                (addr_len,) = _U16.unpack_from(buf, end)
+                if addr_len > MAX_NAME:
+                    raise HaProtocolError(f"greeting names an address of {addr_len} bytes (at most {MAX_NAME})")
+                if len(buf) < end + 2 + addr_len:
+                    return None
+                addr_raw = bytes(buf[end + 2 : end + 2 + addr_len])
             try:
                 name = bytes(buf[1 + _HELLO.size : end]).decode()
+                addr = addr_raw.decode()
             except UnicodeDecodeError:
-                raise HaProtocolError("greeting's brokerName is not UTF-8") from None
-            del buf[:end]
-            return Hello(version, segment_size, name)
+                raise HaProtocolError("greeting's brokerName or address is not UTF-8") from None
+            del buf[: end + (2 + len(addr_raw) if version >= 2 else 0)]
+            return Hello(version, segment_size, name, addr)
         if kind == ord("R"):
             if len(buf) < 1 + _U64.size:
                 return None

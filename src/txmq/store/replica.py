@@ -44,3 +44,27 @@ def read_chunk(commit_log: CommitLog, start: int, end: int, confirmed: int) -> b
         whole = commit_log.read(start, size)
         return whole or b""
     return data[:pos]
+
+
+def truncate_tail_offline(store_root: str, segment_size: int, offset: int) -> int:
+    """Cut a closed store's commit log at ``offset`` (a record boundary) before it is opened: zero what follows,
+    delete later segments, and leave the abort marker so that opening it runs crash recovery, which cuts the consume
+    queues and the key index to the new end. Returns how many bytes of records were dropped (0: nothing was there)."""
+    import os
+
+    from txmq.store.checkpoint import AbortMarker
+
+    commit_log = CommitLog(os.path.join(store_root, "commitlog"), segment_size)
+    commit_log.load()
+    try:
+        segs = commit_log.segments
+        if not segs:
+            return 0
+        end = segs[-1].start + commit_log.last_nonzero(segs[-1], 0)
+        if end <= offset:
+            return 0
+        commit_log.truncate(offset)
+    finally:
+        commit_log.close()
+    AbortMarker(os.path.join(store_root, "abort")).create()
+    return end - offset

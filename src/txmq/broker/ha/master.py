@@ -36,15 +36,17 @@ class ReplicaWait(enum.Enum):
     PUT_OK = "PUT_OK"
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    FENCED = "FENCED"  # controller mode: this master's lease may have expired; it acknowledges nothing
 
 
 class _Link:
-    __slots__ = ("peer", "session", "wake", "writer")
+    __slots__ = ("peer", "replica", "session", "wake", "writer")
 
     def __init__(self, session: MasterSession, writer: asyncio.StreamWriter, peer: str) -> None:
         self.session = session
         self.writer = writer
         self.peer = peer
+        self.replica = ""  # the slave's broker address, from its greeting
         self.wake = asyncio.Event()  # the log grew, or a send waits: ship now
 
 
@@ -60,9 +62,19 @@ class HaMaster:
         self._links: set[_Link] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._acked = -1  # the highest offset any slave has durably
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # (offset, seq, future), sorted
+        self._waiters: list[tuple[int, int, asyncio.Future[ReplicaWait]]] = []  # (offset, seq, future), sorted
         self._seq = 0
         self.refused = 0  # connections refused (bad greeting, impossible offset, garbage)
+        # Controller mode: the slaves (broker addresses) of the in-sync set confirmed in etcd, plus the slaves
+        # joining it (address -> the acknowledged end when they started joining). A send is acknowledged once every
+        # one of them has it (RocketMQ 5's allAckInSyncStateSet); None (no controller): once any slave has it.
+        self.required: frozenset[str] | None = None
+        self.joining: dict[str, int] = {}
+        self.fenced = ""  # why this master acknowledges nothing (controller mode, lease not renewed in time)
+        # Controller mode: the monotonic time after which the lease may have expired; checked on every send, so a
+        # master that wakes up late (SIGSTOP, a long pause) refuses before its controller task has even run.
+        self.lease_deadline: float | None = None
+        self.confirmed = -1  # the highest log end acknowledged to a producer
 
     async def start(self, host: str) -> None:
         config = self.config
@@ -117,6 +129,7 @@ class HaMaster:
             out.append(
                 {
                     "addr": link.peer,
+                    "replica": link.replica,
                     "state": s.state.value,
                     "ackedOffset": s.acked,
                     "shippedOffset": s.shipped_to,
@@ -126,25 +139,94 @@ class HaMaster:
         return out
 
     def _in_sync(self) -> bool:
+        if self.required is not None:
+            return True  # controller mode: an in-sync set of the master alone acknowledges alone
         end = self.store.max_physical_offset()
         gap = self.config.ha_max_gap_not_in_sync
         return any(link.session.in_sync and end - link.session.acked <= gap for link in self._links)
 
+    def replicated_to(self) -> int:
+        """The log end every slave that must have a send has durably (any slave's without a controller)."""
+        if self.required is None:
+            return max((link.session.acked for link in self._links if link.session.in_sync), default=-1)
+        needed = self.required | self.joining.keys()
+        if not needed:
+            return self.store.max_physical_offset()
+        acked = {link.replica: link.session.acked for link in self._links if link.session.in_sync}
+        return min(acked.get(r, -1) for r in needed)
+
+    def in_sync_replicas(self) -> frozenset[str]:
+        """Controller mode: the slaves the in-sync set should list now. A connected slave that is not in it starts
+        joining: from then on sends wait for it too, and once it has everything acknowledged before that, it is
+        in sync. A member whose link is gone or too far behind drops out."""
+        end = self.store.max_physical_offset()
+        gap = self.config.ha_max_gap_not_in_sync
+        streaming = {
+            link.replica: link.session.acked
+            for link in self._links
+            if link.replica and link.session.in_sync and end - link.session.acked <= gap
+        }
+        for replica in list(self.joining):
+            if replica not in streaming:
+                del self.joining[replica]  # never published: nobody can elect it, so nothing waits for it
+        required = self.required or frozenset()
+        for replica in streaming:
+            if replica not in required and replica not in self.joining:
+                self.joining[replica] = self.confirmed
+                log.info("HA: slave %s is joining the in-sync set (needs offset %d)", replica, self.confirmed)
+        self._on_acked(-1)
+        return frozenset(
+            r for r, acked in streaming.items() if r in required or (r in self.joining and acked >= self.joining[r])
+        )
+
+    def set_required(self, replicas: frozenset[str] | None) -> None:
+        """The in-sync set's slaves as etcd now confirms them."""
+        self.required = replicas
+        for replica in replicas or ():
+            self.joining.pop(replica, None)
+        self._on_acked(-1)
+
+    def fence(self, reason: str) -> None:
+        """Acknowledge nothing more: every waiting send and every later one gets FENCED."""
+        self.fenced = reason
+        for _, _, fut in self._waiters:
+            if not fut.done():
+                fut.set_result(ReplicaWait.FENCED)
+        self._waiters.clear()
+
+    def unfence(self) -> None:
+        self.fenced = ""
+
+    def fence_reason(self) -> str:
+        """Why this master must not acknowledge now ("" when it may)."""
+        if self.fenced:
+            return self.fenced
+        if self.lease_deadline is not None and self.clock.monotonic() >= self.lease_deadline:
+            return "its controller lease was not renewed in time"
+        return ""
+
     async def wait_replicated(self, offset: int, timeout: float) -> ReplicaWait:
         """Wait until a slave has the commit log durably up to ``offset`` (a send's end)."""
-        if any(link.session.in_sync and link.session.acked >= offset for link in self._links):
+        if self.fence_reason():
+            return ReplicaWait.FENCED
+        if self.replicated_to() >= offset:
+            self.confirmed = max(self.confirmed, offset)
             return ReplicaWait.PUT_OK
         if not self._in_sync():
             return ReplicaWait.SLAVE_NOT_AVAILABLE
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[ReplicaWait] = asyncio.get_running_loop().create_future()
         self._seq += 1
         entry = (offset, self._seq, fut)
         bisect.insort(self._waiters, entry)
         self._wake_all()
         timer = self.clock.call_later(timeout, lambda: fut.done() or fut.cancel())
         try:
-            await fut
-            return ReplicaWait.PUT_OK
+            outcome = await fut
+            if outcome is ReplicaWait.PUT_OK and self.fence_reason():
+                return ReplicaWait.FENCED
+            if outcome is ReplicaWait.PUT_OK:
+                self.confirmed = max(self.confirmed, offset)
+            return outcome
         except asyncio.CancelledError:
             if asyncio.current_task().cancelling():  # type: ignore[union-attr]  # our caller was cancelled
                 raise
@@ -160,12 +242,18 @@ class HaMaster:
 
     def _on_acked(self, offset: int) -> None:
         self._acked = max(self._acked, offset)
+        if self.fenced:
+            return
+        offset = self.replicated_to()
         waiters = self._waiters
         n = 0
         while n < len(waiters) and waiters[n][0] <= offset:
             fut = waiters[n][2]
             if not fut.done():
-                fut.set_result(None)
+                fut.set_result(ReplicaWait.PUT_OK)
+                # Counted now, not when the waiting send resumes: a slave that starts joining in between must
+                # have this offset before it is called in sync.
+                self.confirmed = max(self.confirmed, waiters[n][0])
             n += 1
         if n:
             del waiters[:n]
@@ -219,6 +307,8 @@ class HaMaster:
                     for effect in effects:
                         if isinstance(effect, SendAccept):
                             writer.write(encode_accept(effect.min_offset, effect.max_offset))
+                            if isinstance(frame, Hello):
+                                link.replica = frame.replica_addr
                             log.info("HA: slave %s of %s greeted", peer, frame.broker_name)
                         elif isinstance(effect, SendRefuse):
                             writer.write(encode_refuse(effect.reason))

@@ -37,6 +37,28 @@ def slave_end_transaction_handler(_conn: Any, cmd: RemotingCommand) -> RemotingC
     return cmd.response(ResponseCode.SLAVE_NOT_AVAILABLE, "this broker is a SLAVE: end the transaction on its master")
 
 
+def fenced_refusal(cmd: RemotingCommand, reason: str) -> RemotingCommand:
+    """What a fenced master answers (RocketMQ 5's fenced store refuses puts as SERVICE_NOT_AVAILABLE)."""
+    return cmd.response(
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        f"service not available now: this master is fenced ({reason}); it acknowledges nothing until the "
+        "controller confirms a master: retry, the route will name the new one",
+    )
+
+
+def refusing_when_fenced(handler: Handler, ha: HaMaster) -> Handler:
+    """A master's write handler in controller mode (ASYNC_MASTER sends, END_TRANSACTION, send-backs): refused,
+    nothing stored, while the master is fenced."""
+
+    def call(conn: Any, cmd: RemotingCommand) -> Any:
+        reason = ha.fence_reason()
+        if reason:
+            return None if cmd.is_oneway else fenced_refusal(cmd, reason)
+        return handler(conn, cmd)
+
+    return call
+
+
 def waiting_for_slave(handler: Handler, ha: HaMaster, store: MessageStore, timeout_ms: int) -> Handler:
     """A SYNC_MASTER send handler: once the send is stored, wait until a slave has the log durably up to the end
     the store had then; answer FLUSH_SLAVE_TIMEOUT when it does not within ``syncFlushTimeout``, and
@@ -53,6 +75,8 @@ def waiting_for_slave(handler: Handler, ha: HaMaster, store: MessageStore, timeo
         outcome = await ha.wait_replicated(store.max_physical_offset(), timeout)
         if outcome is ReplicaWait.PUT_OK:
             return response
+        if outcome is ReplicaWait.FENCED:
+            return fenced_refusal(cmd, ha.fence_reason() or "fenced while waiting")
         response.code = (
             ResponseCode.FLUSH_SLAVE_TIMEOUT
             if outcome is ReplicaWait.FLUSH_SLAVE_TIMEOUT
@@ -66,6 +90,9 @@ def waiting_for_slave(handler: Handler, ha: HaMaster, store: MessageStore, timeo
         return response
 
     def call(conn: Any, cmd: RemotingCommand) -> Any:
+        reason = ha.fence_reason()
+        if reason:
+            return None if cmd.is_oneway else fenced_refusal(cmd, reason)
         result = handler(conn, cmd)
         if result is None or cmd.is_oneway:
             return result

@@ -84,6 +84,22 @@ class HaSlave:
             asyncio.create_task(self._metadata_loop(), name="ha-slave-sync"),
         ]
 
+    async def stop_link(self) -> None:
+        """Stop copying the commit log (a candidate's epoch starts at its log's end); metadata copies go on."""
+        task = self._tasks[0] if self._tasks else None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    async def restart_link(self) -> None:
+        """Drop the link to the master (if any) and connect to whichever master ``master_addrs`` names now."""
+        await self.stop_link()
+        if self._tasks:
+            self._tasks[0] = asyncio.create_task(self._replicate_loop(), name="ha-slave")
+
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -131,7 +147,13 @@ class HaSlave:
         heartbeat = self.config.ha_send_heartbeat_interval / 1000
         silence = self.config.ha_housekeeping_interval / 1000
         try:
-            writer.write(encode_hello(self.config.broker_name, store.config.mapped_file_size_commit_log))
+            writer.write(
+                encode_hello(
+                    self.config.broker_name,
+                    store.config.mapped_file_size_commit_log,
+                    replica_addr=self.config.broker_addr,
+                )
+            )
             last_report = self.clock.monotonic()
             while session.state is not SlaveState.CLOSED:
                 try:
