@@ -17,6 +17,7 @@ from helpers_store import SEGMENT, crash_image, make_record, segment_names
 from txmq.cli import main as cli_main
 from txmq.errors import CorruptStoreError
 from txmq.protocol.record import body_len_pos, decode_records
+from txmq.protocol.record.layout import QUEUE_OFFSET_POS
 from txmq.store.message_store import MessageStore, PutResult
 from txmq.store.verify import verify_directory
 
@@ -174,6 +175,36 @@ def test_bytes_that_are_no_record_in_the_middle_are_skipped_after_a_crash(
     got, end = pull_all(recovered)
     assert end == 200 and got == bodies[:185] + bodies[186:]
     assert recovered.read_record(victim.physical_offset, victim.size) is None
+
+
+def test_a_flipped_queue_offset_after_a_crash_keeps_the_later_records(
+    make_store: MakeStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """QUEUEOFFSET lies outside the body's CRC: a record whose frame is sound but whose queue offset disagrees with
+    its queue is damaged. Recovery records it, keeps its offset in the queue (reads skip it) and the records after
+    it, instead of cutting the log there."""
+    store = make_store()
+    acked = fill(store, 200)
+    bodies = sent_bodies(acked, store)
+    image = crash_image(store, tmp_path / "image")
+    victim = acked[187]
+    phys = victim.physical_offset
+    path = image / "commitlog" / f"{phys - phys % SEGMENT:020d}"
+    with open(path, "r+b") as f:
+        f.seek(phys % SEGMENT + QUEUE_OFFSET_POS + 7)  # the low byte of the big-endian QUEUEOFFSET
+        low = f.read(1)[0]
+        f.seek(phys % SEGMENT + QUEUE_OFFSET_POS + 7)
+        f.write(bytes([low ^ 0x40]))
+    caplog.set_level(logging.ERROR, logger="txmq.store")
+    recovered = make_store(root=image)
+    info = recovered.recovery
+    assert info is not None and info.mode == "crash"
+    assert info.truncated_at == -1 and info.log_end == store.max_physical_offset()
+    assert [(d.start, d.end, d.kind) for d in info.damaged] == [(phys, phys + victim.size, "record")]
+    assert "queue offset" in info.damaged[0].reason
+    got, end = pull_all(recovered)
+    assert end == 200 and got == bodies[:187] + bodies[188:]
+    assert recovered.put_sync(make_record("T", 0, b"after")).queue_offset == 200
 
 
 def test_a_torn_tail_is_still_cut(make_store: MakeStore, tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from txmq.errors import CorruptStoreError, DiskFullError, RecordDecodeError
-from txmq.protocol.record import RecordView
+from txmq.protocol.record import MIN_RECORD_SIZE, RecordView
 from txmq.store.checkpoint import CheckpointState
 from txmq.store.commit_log import CommitLog, ScanResult, segment_name
 from txmq.store.damage import Damage, DamageLog
@@ -179,9 +179,13 @@ class Recovery:
         make_dispatch = dispatch_from_fields
         yield_from = min(cq_from, index_from)
 
-        def gap_allowed(key: tuple[str, int]) -> bool:
-            # Records of this queue may have been lost in a damaged range since its last record.
-            return bool(damaged) and damaged[-1][0] >= last_phys.get(key, cq_from)
+        def gap_allowed(key: tuple[str, int], gap: int) -> bool:
+            # Records of this queue may have been lost in a damaged range since its last record: no more of them
+            # than the range can hold (a damaged QUEUEOFFSET past that is damage of its own, not a gap to fill).
+            if not damaged or damaged[-1][0] < last_phys.get(key, cq_from):
+                return False
+            at, stop = damaged[-1]
+            return gap <= (stop - at) // MIN_RECORD_SIZE + 1
 
         def fill_gap(key: tuple[str, int], want: int, upto: int, ts: int) -> None:
             at, stop = damaged[-1]
@@ -243,15 +247,21 @@ class Recovery:
                             key = (d.topic, qid)
                             want = expected.get(key)
                             if want is not None and key in known and qoff != want:
-                                if qoff > want and gap_allowed(key):
+                                if qoff > want and gap_allowed(key, qoff - want):
                                     fill_gap(key, want, qoff, ts)
                                 else:
-                                    result.reason = (
-                                        f"record at {phys} has queue offset {qoff}, {d.topic}:{qid} expects {want}"
-                                    )
-                                    result.clean_end = False
-                                    end = phys
-                                    break
+                                    # A sound frame whose QUEUEOFFSET (outside the body's CRC) disagrees with its
+                                    # queue: its header is damaged. It is recorded as damaged and never served; its
+                                    # queue keeps the offset it should have had (pointing at it, so reads skip it),
+                                    # and the scan goes on: the records after it are kept, not cut.
+                                    why = f"record at {phys} has queue offset {qoff}, {d.topic}:{qid} expects {want}"
+                                    self._record_damage(phys, phys + size, why, "record")
+                                    damaged.append((phys, phys + size))
+                                    cq_batch.append(DispatchRequest(d.topic, qid, want, phys, size, 0, ts, 0))
+                                    expected[key] = want + 1
+                                    last_phys[key] = phys
+                                    info.cq_replayed += 1
+                                    continue
                             expected[key] = qoff + 1
                             known.add(key)
                             last_phys[key] = phys
