@@ -104,64 +104,56 @@ def required_text(ext: dict[str, str], key: str, who: str, name: str) -> str:
     return raw
 
 
-def int_of(ext: dict[str, str], key: str, default: int | None, who: str, name: str) -> int | None:
-    raw = ext.get(key)
-    if raw is None:
-        return default
+def _int(raw: str, who: str, name: str) -> int:
     try:
         return parse_int(raw)
     except (ValueError, TypeError, AttributeError) as exc:
         raise _invalid(who, name, raw) from exc
+
+
+def _bool(raw: str, who: str, name: str) -> bool:
+    try:
+        return parse_bool(raw)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise _invalid(who, name, raw) from exc
+
+
+# One reader per kind and presence (optional with None, optional with a default, required), each typed exactly, so
+# that compiled callers get unboxed ints and bools where the field cannot be None.
+
+
+def int_of(ext: dict[str, str], key: str, default: int | None, who: str, name: str) -> int | None:
+    raw = ext.get(key)
+    return default if raw is None else _int(raw, who, name)
 
 
 def int_or(ext: dict[str, str], key: str, default: int, who: str, name: str) -> int:
     raw = ext.get(key)
-    if raw is None:
-        return default
-    try:
-        return parse_int(raw)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise _invalid(who, name, raw) from exc
+    return default if raw is None else _int(raw, who, name)
 
 
 def required_int(ext: dict[str, str], key: str, who: str, name: str) -> int:
     raw = ext.get(key)
     if raw is None:
         raise _missing(who, name)
-    try:
-        return parse_int(raw)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise _invalid(who, name, raw) from exc
+    return _int(raw, who, name)
 
 
 def bool_of(ext: dict[str, str], key: str, default: bool | None, who: str, name: str) -> bool | None:
     raw = ext.get(key)
-    if raw is None:
-        return default
-    try:
-        return parse_bool(raw)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise _invalid(who, name, raw) from exc
+    return default if raw is None else _bool(raw, who, name)
 
 
 def bool_or(ext: dict[str, str], key: str, default: bool, who: str, name: str) -> bool:
     raw = ext.get(key)
-    if raw is None:
-        return default
-    try:
-        return parse_bool(raw)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise _invalid(who, name, raw) from exc
+    return default if raw is None else _bool(raw, who, name)
 
 
 def required_bool(ext: dict[str, str], key: str, who: str, name: str) -> bool:
     raw = ext.get(key)
     if raw is None:
         raise _missing(who, name)
-    try:
-        return parse_bool(raw)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise _invalid(who, name, raw) from exc
+    return _bool(raw, who, name)
 
 
 def _text_field(ext: dict[str, str], key: str, default: Any, who: str, name: str) -> str | None:
