@@ -4,6 +4,7 @@ broker that died."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 from txmq.chaos.report import PartResult
@@ -60,3 +61,11 @@ def check_broker(cluster: DevCluster, result: PartResult, when: str, *, restart:
         if restart:
             cluster.proc = None
             cluster.start(timeout=60)
+
+
+def flip_bits(rng: random.Random, data: bytes, most: int) -> bytes:
+    """``data`` with 1 to ``most`` single bits flipped at random places (``data`` must not be empty)."""
+    buf = bytearray(data)
+    for _ in range(rng.randint(1, most)):
+        buf[rng.randrange(len(buf))] ^= 1 << rng.randrange(8)
+    return bytes(buf)

@@ -41,7 +41,7 @@ from typing import Any
 
 import orjson
 
-from txmq.chaos.common import check_broker
+from txmq.chaos.common import check_broker, flip_bits
 from txmq.chaos.report import PartResult
 from txmq.client import (
     Admin,
@@ -381,11 +381,7 @@ def _mutate_body(rng: random.Random, cmd: RemotingCommand) -> bytes:
     if choice == 0 and body:
         return body[: rng.randrange(len(body))]
     if choice == 1 and body:
-        data = bytearray(body)
-        for _ in range(rng.randint(1, 8)):
-            i = rng.randrange(len(data))
-            data[i] ^= 1 << rng.randrange(8)
-        return bytes(data)
+        return flip_bits(rng, body, 8)
     if choice == 2:
         return rng.randbytes(rng.choice([0, 1, 7, 64, 4096]))
     if choice == 3 and cmd.code == RequestCode.SEND_BATCH_MESSAGE:

@@ -45,7 +45,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message_factory import GetMessageClass
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from txmq.chaos.common import check_broker
+from txmq.chaos.common import check_broker, flip_bits
 from txmq.chaos.fuzz import unhandled_lines
 from txmq.chaos.report import PartResult
 from txmq.client import Admin
@@ -542,11 +542,7 @@ def _mutate_bytes(rng: random.Random, data: bytes) -> bytes:
     if choice == 0 and data:
         return data[: rng.randrange(len(data))]
     if choice == 1 and data:
-        buf = bytearray(data)
-        for _ in range(rng.randint(1, 6)):
-            j = rng.randrange(len(buf))
-            buf[j] ^= 1 << rng.randrange(8)
-        return bytes(buf)
+        return flip_bits(rng, data, 6)
     if choice == 2:
         j = rng.randint(0, len(data))
         return data[:j] + rng.randbytes(rng.randint(1, 16)) + data[j:]
