@@ -45,6 +45,12 @@ HOT_MODULES = [
     "txmq/txn/records.py",
     "txmq/broker/end_transaction.py",
     "txmq/broker/txn/writer.py",
+    "txmq/txn/model.py",
+    "txmq/txn/machine.py",
+    "txmq/txn/counters.py",
+    "txmq/txn/history.py",
+    "txmq/txn/table.py",
+    "txmq/broker/txn/ops.py",
 ]
 
 MANIFEST = "txmq/_compiled.txt"

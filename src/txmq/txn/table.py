@@ -148,7 +148,9 @@ class TransactionTable:
         return min(min(self.pending_records, default=NO_GUARD), min(self.fresh, default=NO_GUARD))
 
     def lowest_half_queue_offset(self) -> int | None:
-        return min((p.queue_offset for p in [*self.pending_records.values(), *self.fresh.values()]), default=None)
+        offsets = [p.queue_offset for p in self.pending_records.values()]
+        offsets += [m.queue_offset for m in self.fresh.values()]
+        return min(offsets, default=None)
 
     def counter_values(self) -> dict[str, int]:
         return self.counters.snapshot(self.in_doubt, self.discarded_now)

@@ -332,11 +332,10 @@ class TransactionService:
         """Decide ``req`` holding its turn; the stored decision (or the answer given at once) ends the turn."""
         try:
             queued = self._decide(req)
-            kind = queued.__class__
-            if kind is Queued:
+            if isinstance(queued, Queued):
                 queued.answer, queued.holds_turn = answer, self.turns
                 self.writer.queue(queued)
-            elif kind is Reply:
+            elif isinstance(queued, Reply):
                 self.turns.release(req.phys)
                 return queued.code, queued.remark
             else:  # several messages: one append; the first one's settling answers and ends the turn
@@ -366,19 +365,21 @@ class TransactionService:
             except Exception as exc:
                 log.warning("END_TRANSACTION %s at commit-log offset %d: record unreadable: %s", req.msg_id, phys, exc)
         effect = table.decide(req, half, self.lookups, self.clock.now_ms())
-        kind = effect.__class__
-        if kind is Reply:
+        if isinstance(effect, Reply):
             if effect.warning:
                 log.warning("%s", effect.warning)
             return effect
         if req.by is By.OPERATOR:
             log.warning("transaction %s of group %s: %s by an operator", req.msg_id, req.group, req.decision)
-        if kind is not StoreDecision:
+        if not isinstance(effect, StoreDecision):
             return self._with_copies(effect)
         if effect.decision != Decision.COMMIT:
             return Queued(effect, None, None, None)
-        copy = self.ops.commit_copy(effect.half)
-        return copy if copy.__class__ is Reply else Queued(effect, copy, None, None)
+        half_record = effect.half or self.ops.read_half(effect.phys)
+        if half_record is None:
+            return Reply(ResponseCode.SYSTEM_ERROR, f"[TXMQ] no half message at commit-log offset {effect.phys}")
+        copy = self.ops.commit_copy(half_record)
+        return copy if isinstance(copy, Reply) else Queued(effect, copy, None, None)
 
     def _with_copies(self, several: list[StoreDecision]) -> Reply | list[Queued]:
         """The decisions about the messages of one transaction, each with its committed copy (read back from the
