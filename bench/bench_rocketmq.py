@@ -6,7 +6,8 @@ client (rocketmq-client 4.9.8) in one JVM per window: ``txmq.compat.Main bench``
 
 Per round, the windows alternate broker by broker (txmq, RocketMQ SYNC, RocketMQ ASYNC, txmq, ...), and the brokers
 not measured are paused (SIGSTOP). Publish of 1 KiB bodies with 1 and 128 sending threads; transactions (half + a
-no-op local transaction + COMMIT) with 16, on a second instance of each broker; the consume rate (a push consumer
+no-op local transaction + COMMIT) with 16, on a second instance of each broker (warmed up by an unrecorded transaction
+window, as every broker is by an unrecorded publish window); the consume rate (a push consumer
 reading the x128 window's topic from its first offset); end-to-end latency (sync sends paced over 64 threads, a push
 consumer in the same JVM) at half of the broker's publish x128 rate in that round. Around each window the broker's
 CPU time (utime + stime) and memory are read from /proc: txmq's is the ``txmq dev`` process (name server and broker
@@ -17,6 +18,7 @@ during round 0's publish x128 and tx x16 windows and prints where the time goes.
 Not a test: it prints figures and asserts nothing.
 
     .venv/bin/python bench/bench_rocketmq.py [--seconds 10] [--rounds 3] [--broker-heap 1g] [--profile-txmq DIR]
+    .venv/bin/python bench/bench_rocketmq.py --only-tx --rounds 7   # the transaction windows alone
 """
 
 from __future__ import annotations
@@ -161,11 +163,19 @@ def start_brokers(base: Path, heap: str, kind: str, started: list[Broker]) -> li
 
 
 def run_round(
-    brokers: list[Broker], tx_brokers: list[Broker], r: int, seconds: int, record: Any, profile_dir: Path | None
+    brokers: list[Broker],
+    tx_brokers: list[Broker],
+    r: int,
+    seconds: int,
+    record: Any,
+    profile_dir: Path | None,
+    tx_only: bool = False,
 ) -> None:
     secs = str(seconds)
     peak: dict[str, float] = {}
     plans = [("publish x1", "publish", "1"), ("publish x128", "publish", "128"), ("tx x16", "tx", "16")]
+    if tx_only:
+        plans = plans[2:]
     for measure, mode, inflight in plans:
         for b in tx_brokers if mode == "tx" else brokers:
             t = f"Bench_{measure.replace(' ', '_')}_{r}"
@@ -180,6 +190,8 @@ def run_round(
             if measure == "publish x128":
                 peak[b.name] = result["rate"]
                 b.stored_by_publish[r] = result["stored"] + 200  # and the warm-up sends
+    if tx_only:
+        return
     for b in brokers:
         source = f"Bench_publish_x128_{r}"
         expect = str(b.stored_by_publish[r])
@@ -259,6 +271,9 @@ def main() -> int:
     parser.add_argument("--broker-heap", default=apache_rocketmq.BROKER_HEAP, help="RocketMQ broker's -Xms/-Xmx")
     parser.add_argument("--dir", type=Path, default=None, help="data folder (default: a temporary one)")
     parser.add_argument(
+        "--only-tx", action="store_true", help="only the transaction windows (more rounds of them in the same time)"
+    )
+    parser.add_argument(
         "--profile-txmq", type=Path, default=None, help="py-spy (or $PY_SPY) samples txmq in round 0 into this folder"
     )
     args = parser.parse_args()
@@ -282,13 +297,16 @@ def main() -> int:
     # keeps a core busy for minutes, which would otherwise fall on the plain windows that follow.
     started: list[Broker] = []
     try:
-        brokers = start_brokers(base, args.broker_heap, "plain", started)
+        brokers = [] if args.only_tx else start_brokers(base, args.broker_heap, "plain", started)
         tx_brokers = start_brokers(base, args.broker_heap, "tx", started)
         for b in started:  # JIT, page cache and RocketMQ's start-up work: not recorded
             t = "Bench_warmup"
             b.window("--mode", "publish", "--topic", t, "--group", t, "--inflight", "128", "--seconds", "10", topic=t)
+        for b in tx_brokers:  # and each broker's transaction path (RocketMQ's JIT of it, txmq's table), unrecorded
+            t = "Bench_warmup_tx"
+            b.window("--mode", "tx", "--topic", t, "--group", t, "--inflight", "16", "--seconds", "10", topic=t)
         for r in range(args.rounds):
-            run_round(brokers, tx_brokers, r, args.seconds, record, args.profile_txmq)
+            run_round(brokers, tx_brokers, r, args.seconds, record, args.profile_txmq, args.only_tx)
     finally:
         for b in started:
             b.resume()
