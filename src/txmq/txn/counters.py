@@ -7,7 +7,11 @@ import collections
 
 from txmq.txn.model import By, Decision
 
-_COUNTER_OF_DECISION: dict[str, str] = {Decision.COMMIT: "commits", Decision.ROLLBACK: "rollbacks", Decision.DISCARD: "discards"}
+_COUNTER_OF_DECISION: dict[str, str] = {
+    Decision.COMMIT: "commits",
+    Decision.ROLLBACK: "rollbacks",
+    Decision.DISCARD: "discards",
+}
 
 
 class TxCounters:
