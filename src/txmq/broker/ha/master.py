@@ -93,6 +93,16 @@ class HaMaster:
             self._server = await asyncio.start_server(self._serve, host, 0, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         self.store.on_new_messages(lambda *_: self._wake_all())
+        # Ship each append as soon as it is written, not after the master's fsync: the slave writes and fsyncs
+        # while the master does (RocketMQ ships from the written position too); a send is still answered only
+        # once both have it durably.
+        loop = asyncio.get_running_loop()
+
+        def written(_end: int) -> None:
+            if self._links:
+                loop.call_soon_threadsafe(self._wake_all)
+
+        self.store.on_written(written)
 
     def _wake_all(self) -> None:
         for link in self._links:
@@ -103,6 +113,7 @@ class HaMaster:
         return f"{self.config.advertised_ip}:{self.port}"
 
     async def close(self) -> None:
+        self.store.on_written(None)
         if self._server is not None:
             self._server.close()
         for link in list(self._links):
@@ -297,7 +308,8 @@ class HaMaster:
                     return
                 for frame in frames:
                     store = self.store
-                    lo, hi = store.min_physical_offset(), store.max_physical_offset()
+                    # Written, not only fsynced: a slave may have durably what this master has not fsynced yet.
+                    lo, hi = store.min_physical_offset(), store.written_physical_offset()
                     if isinstance(frame, Hello):
                         effects = session.hello(frame, min_offset=lo, max_offset=hi)
                     elif isinstance(frame, Report):
@@ -365,7 +377,7 @@ class HaMaster:
         try:
             while session.in_sync:
                 link.wake.clear()  # before looking: a wake-up from now on is not lost
-                chunk = session.next_chunk(store.max_physical_offset())
+                chunk = session.next_chunk(store.written_physical_offset())
                 if chunk is None:
                     try:
                         await asyncio.wait_for(link.wake.wait(), _SHIP_POLL_SECONDS)
