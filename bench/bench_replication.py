@@ -57,8 +57,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="txmq-bench-repl-", dir=Path(__file__).parent) as tmp:
         clusters: dict[str, DevCluster] = {}
         try:
-            clusters["single"] = DevCluster(Path(tmp) / "single", dict(CONF)).start()
+            # The pair first: its slave takes the master's port + 10, which the single broker's free ports then avoid.
             clusters["sync-master+slave"] = DevWithReplica(Path(tmp) / "pair", dict(CONF)).start()
+            clusters["single"] = DevCluster(Path(tmp) / "single", dict(CONF)).start()
             install_event_loop()
             results = asyncio.run(run(clusters, inflights, args.seconds, args.rounds))
         finally:
