@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import random
 import re
 import signal
 import statistics
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from txmq.chaos.common import DriverProcess
 from txmq.chaos.report import PartResult
 from txmq.protocol.record.codec import decode_offset_msg_id
 from txmq.testing import EtcdServer, ExtraBroker, NameServerProcess, etcd_binary
@@ -117,59 +116,20 @@ class _CppLoad:
     def __init__(self, python: Path, driver: Path, namesrv: str) -> None:
         self.acks: list[_Ack] = []
         self.failures = 0
-        self.proc = subprocess.Popen(
-            [
-                str(python),
-                str(driver),
-                "produce",
-                "--namesrv",
-                namesrv,
-                "--topic",
-                TOPIC,
-                "--count",
-                "100000000",
-                "--mode",
-                "sync",
-                "--group",
-                "ChaosFailoverCpp",
-                "--body-prefix",
-                "cpp-",
-                "--retry-times",
-                "0",
-                "--send-timeout-ms",
-                "2000",
-                "--keep-going",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        self._last = time.monotonic()
+        args = ["produce", "--namesrv", namesrv, "--topic", TOPIC, "--count", "100000000", "--mode", "sync"]
+        args += ["--group", "ChaosFailoverCpp", "--body-prefix", "cpp-", "--retry-times", "0"]
+        self.driver = DriverProcess(python, driver, [*args, "--send-timeout-ms", "2000", "--keep-going"], self._event)
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        last = time.monotonic()
-        for line in self.proc.stdout:
-            now = time.monotonic()
-            if not line.endswith("\n"):
-                break
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == "sent" and event.get("status") == "OK":
-                self.acks.append(_Ack(last, now, f"cpp-{event['i']}"))
-            elif event.get("event") == "send_failed":
-                self.failures += 1
-            last = now
+    def _event(self, now: float, event: dict[str, Any]) -> None:
+        if event.get("event") == "sent" and event.get("status") == "OK":
+            self.acks.append(_Ack(self._last, now, f"cpp-{event['i']}"))
+        elif event.get("event") == "send_failed":
+            self.failures += 1
+        self._last = now
 
     def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-        self.reader.join(10)
+        self.driver.stop()
 
 
 class _CppPush:
@@ -182,40 +142,14 @@ class _CppPush:
     def __init__(self, python: Path, driver: Path, namesrv: str) -> None:
         self.lock = threading.Lock()
         self.deliveries: list[tuple[float, str]] = []
-        self.proc = subprocess.Popen(
-            [
-                str(python),
-                str(driver),
-                "consume",
-                "--namesrv",
-                namesrv,
-                "--topic",
-                TOPIC,
-                "--group",
-                self.GROUP,
-                "--timeout",
-                "1000000",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        args = ["consume", "--namesrv", namesrv, "--topic", TOPIC, "--group", self.GROUP, "--timeout", "1000000"]
+        self.driver = DriverProcess(python, driver, args, self._event)
+        self.proc = self.driver.proc
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if not line.endswith("\n"):
-                break
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == "received":
-                with self.lock:
-                    self.deliveries.append((time.monotonic(), str(event.get("body"))))
+    def _event(self, now: float, event: dict[str, Any]) -> None:
+        if event.get("event") == "received":
+            with self.lock:
+                self.deliveries.append((now, str(event.get("body"))))
 
     def bodies(self) -> set[str]:
         with self.lock:
@@ -226,10 +160,7 @@ class _CppPush:
             return sum(1 for t, _ in self.deliveries if start <= t <= end)
 
     def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-        self.reader.join(10)
+        self.driver.stop()
 
 
 def _probe_until_consumed(namesrv: str, push: _CppPush, timeout: float) -> None:
