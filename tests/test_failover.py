@@ -14,11 +14,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 
 from txmq.broker.ha.epoch_file import read_epochs, write_epochs
 from txmq.client import LocalTransactionState, Message
 from txmq.client.sync import Admin, Producer, PullConsumer, TransactionProducer
+from txmq.door_grpc.pb import definition_pb2 as d
+from txmq.door_grpc.pb import service_pb2 as s
+from txmq.door_grpc.pb import service_pb2_grpc
 from txmq.errors import CorruptStoreError
 from txmq.ha.election import EpochEntry
 from txmq.protocol.codes import RequestCode, ResponseCode
@@ -81,7 +85,6 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
     common = {
         "brokerName": BROKER,
         "brokerIP1": "127.0.0.1",
-        "grpcListenPort": "0",
         "metricsPort": "0",
         "mappedFileSizeCommitLog": str(16 << 20),
         "brokerRole": "SYNC_MASTER",
@@ -177,6 +180,25 @@ def _raw_send(addr: str, body: bytes, timeout: float = 10.0) -> RemotingCommand 
                 return frames[0]
 
 
+def _grpc_send(broker: ExtraBroker, body: str, *, transactional: bool = False) -> s.SendMessageResponse:
+    """One SendMessage through ``broker``'s gRPC door (the 5.x clients' path)."""
+    system = d.SystemProperties(message_id=body, body_encoding=d.IDENTITY)
+    if transactional:
+        system.message_type = d.TRANSACTION
+    message = d.Message(topic=d.Resource(name=TOPIC), body=body.encode(), system_properties=system)
+    with grpc.insecure_channel(broker.grpc_endpoint) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        return stub.SendMessage(s.SendMessageRequest(messages=[message]), timeout=30)
+
+
+def _grpc_commit(broker: ExtraBroker, tx_id: str) -> s.EndTransactionResponse:
+    request = s.EndTransactionRequest(
+        topic=d.Resource(name=TOPIC), transaction_id=tx_id, resolution=d.COMMIT, source=d.SOURCE_CLIENT
+    )
+    with grpc.insecure_channel(broker.grpc_endpoint) as channel:
+        return service_pb2_grpc.MessagingServiceStub(channel).EndTransaction(request, timeout=30)
+
+
 class _Undecided:
     """Leaves every transaction open (as a producer that died before END_TRANSACTION); a check decides by body."""
 
@@ -229,6 +251,12 @@ def test_killed_master_fails_over_checks_its_open_transactions_and_comes_back_wi
         os.killpg(new.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
         eventually(lambda: replicas.route().get(0) == new.broker_addr, "the slave is elected", timeout=30)
         acked += _send_acked(producer, [f"after-{i}" for i in range(20)])
+        # The elected replica's gRPC door takes sends and transactions.
+        assert _grpc_send(new, "grpc-after").status.code == d.OK
+        half = _grpc_send(new, "grpc-tx-after", transactional=True)
+        assert half.status.code == d.OK, half
+        assert _grpc_commit(new, half.entries[0].transaction_id).status.code == d.OK
+        acked += ["grpc-after", "grpc-tx-after"]
         eventually(
             lambda: "tx-commit-1" in _stored_bodies(replicas.namesrv_addr),
             "the new master checked the open transaction back and committed it",
@@ -239,6 +267,9 @@ def test_killed_master_fails_over_checks_its_open_transactions_and_comes_back_wi
     old.start()
     replicas.wait_both_in_sync()
     assert replicas.route()[0] == new.broker_addr
+    # The old master, now a slave, serves a gRPC door that refuses writes.
+    refused = _grpc_send(old, "to-the-old-master")
+    assert refused.status.code == d.HA_NOT_AVAILABLE and "SLAVE" in refused.status.message, refused
     log_text = old.log_text()
     assert "dropped" in log_text and "that the new master never had" in log_text, log_text[-3000:]
     dropped = int(log_text.split("dropped ")[1].split(" bytes")[0])

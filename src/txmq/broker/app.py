@@ -18,6 +18,7 @@ from txmq.broker.consumer_admin import ConsumerAdminProcessor, lock_lifetime_sec
 from txmq.broker.end_transaction import EndTransactionProcessor
 from txmq.broker.filters import ConsumerFilters
 from txmq.broker.ha import HaMaster, HaSlave
+from txmq.broker.ha.gate import ReplicaGate
 from txmq.broker.ha.roles import (
     refusing_when_fenced,
     slave_end_transaction_handler,
@@ -265,6 +266,10 @@ class BrokerApp:
         # Replication: a master listens on its HA port for slaves; a slave copies its master's log and metadata.
         self.ha_master: HaMaster | None = None
         self.ha_slave: HaSlave | None = None
+        # Every write an acknowledgement depends on asks it (4.x and gRPC sends, decisions, delay re-puts).
+        self.replica_gate = ReplicaGate(config, store)
+        self.transactions.writer.gate = self.replica_gate
+        self.schedule.gate = self.replica_gate
         if config.is_slave:
             self.ha_slave = HaSlave(
                 config=config,
@@ -278,13 +283,14 @@ class BrokerApp:
             )
         else:
             self.ha_master = HaMaster(config=config, clock=clock, store=store)
+            self.replica_gate.master = self.ha_master
         self._host = host
         # Controller mode: the master named in etcd (broker address, HA address), and the controller's view for
         # admin answers; both set by the Broker that owns the controller.
         self.master_override: tuple[str, str] | None = None
         self.controller_status: Any = None
-        # The gRPC door serves masters only for now: a slave refuses writes, and 5.x clients have no slave reads.
-        self.grpc_door = self._grpc_door(host) if config.grpc_listen_port and not config.is_slave else None
+        # A slave's gRPC door refuses writes and consumption (5.x clients have no slave reads) until it is promoted.
+        self.grpc_door = self._grpc_door(host) if config.grpc_listen_port else None
         self.rpc_latency: Any = None
         self.metrics_server: Any = None
         if config.metrics_port:
@@ -323,6 +329,7 @@ class BrokerApp:
             delay_levels_ms=self.store_config.delay_levels_ms(),
             endpoints=lambda: (config.advertised_ip, config.grpc_listen_port),
             peers=peers.queues if config.namesrv_addrs else None,
+            gate=self.replica_gate,
         )
         return GrpcDoor(door, host=host, port=config.grpc_listen_port, max_message_size=config.max_message_size)
 
@@ -399,6 +406,12 @@ class BrokerApp:
                 handlers[code] = refusing_when_fenced(handlers[code], self.ha_master)
         handlers[RequestCode.END_TRANSACTION] = self.end_transaction.handle
         handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = self.schedule.send_back
+        if self.config.broker_role == "SYNC_MASTER" and self.ha_master is not None:
+            # A send-back is acknowledged once its retry copy is on a slave too (the consumer then moves past the
+            # original). END_TRANSACTION waits in the transaction writer (ReplicaGate), answered or oneway.
+            handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = waiting_for_slave(
+                handlers[RequestCode.CONSUMER_SEND_MSG_BACK], self.ha_master, self.store, self.config.sync_flush_timeout
+            )
         if self.config.enable_controller_mode and self.ha_master is not None:
             # A fenced master decides no transaction and takes no send-back either (its tail may be cut).
             for code in (RequestCode.END_TRANSACTION, RequestCode.CONSUMER_SEND_MSG_BACK):
@@ -446,6 +459,7 @@ class BrokerApp:
         config = self.config
         config.broker_role, config.broker_id = role, 0
         self.ha_master = HaMaster(config=config, clock=self.clock, store=self.store)
+        self.replica_gate.master = self.ha_master
         if config.enable_controller_mode:
             self.ha_master.required = frozenset()  # until the controller's in-sync set names the slaves
         await self.ha_master.start(self._host)

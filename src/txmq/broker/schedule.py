@@ -140,6 +140,7 @@ class ScheduleService:
         self._random = random.Random()
         self._running = False
         self.delivered = 0
+        self.gate: Any = None  # txmq.broker.ha.gate.ReplicaGate: a SYNC_MASTER's re-puts wait for a slave
 
     # -- life cycle ---------------------------------------------------------------------------------------------
 
@@ -344,10 +345,30 @@ class ScheduleService:
                 else:
                     # The store is failing: keep the offset (the in-flight range makes the retry duplicate-free).
                     raise RuntimeError(f"storing a delayed message failed: {result.status.value} {result.remark}")
+            if self.gate is not None and self.gate.waits:
+                await self._until_replicated(level)
         self.in_flight.pop(level, None)
         self._skip.pop(level, None)
         self.offsets[level] = end
         await self._persist()
+
+    async def _until_replicated(self, level: int) -> None:
+        """A SYNC_MASTER moves a level's offset past its re-puts only once a slave has them durably: a slave copies
+        the delay offsets, and an offset past a re-put it lacks would lose that message at a failover. Until then
+        the range stays in flight (a restart or a promotion delivers what its target queue lacks, as after a crash).
+        No slave in sync at all (without a controller): the master goes on alone, as its sends do."""
+        while self._running:
+            outcome = await self.gate.replicated()
+            if outcome.value in ("PUT_OK", "SLAVE_NOT_AVAILABLE"):
+                return
+            log.warning(
+                "delay level %d: no slave confirmed the delivered messages (%s); their offset waits",
+                level,
+                outcome.value,
+            )
+            if outcome.value == "FENCED":
+                await self.clock.sleep(1.0)
+        raise asyncio.CancelledError
 
     def _already_delivered(self, level: int, flight: _InFlight) -> set[int]:
         """Schedule records of an in-flight range whose copy reached its target queue before a crash."""

@@ -4,8 +4,17 @@ broker that died."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
 import random
+import signal
+import subprocess
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from txmq.chaos.report import PartResult
 from txmq.client import Admin, MessageExt, PullConsumer, PullStatus
@@ -69,3 +78,39 @@ def flip_bits(rng: random.Random, data: bytes, most: int) -> bytes:
     for _ in range(rng.randint(1, most)):
         buf[rng.randrange(len(buf))] ^= 1 << rng.randrange(8)
     return bytes(buf)
+
+
+class DriverProcess:
+    """``cpp_driver.py`` (the official C++ client) in a process group of its own. ``on_event(when, event)`` runs on a
+    reader thread for every whole JSON line it prints, ``when`` being the monotonic time the line was read; a line
+    cut by a kill is dropped."""
+
+    def __init__(
+        self, python: Path, driver: Path, args: list[str], on_event: Callable[[float, dict[str, Any]], None]
+    ) -> None:
+        self.proc = subprocess.Popen(
+            [str(python), str(driver), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        self.reader = threading.Thread(target=self._read, args=(on_event,), daemon=True)
+        self.reader.start()
+
+    def _read(self, on_event: Callable[[float, dict[str, Any]], None]) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if not line.endswith("\n"):
+                break
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            on_event(time.monotonic(), event)
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self.reader.join(10)

@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import random
 import re
 import signal
 import statistics
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from txmq.chaos.common import DriverProcess
 from txmq.chaos.report import PartResult
 from txmq.protocol.record.codec import decode_offset_msg_id
 from txmq.testing import EtcdServer, ExtraBroker, NameServerProcess, etcd_binary
@@ -53,6 +52,8 @@ class FailoverSettings:
     master_timeout: float = 60.0
     freeze_every: int = 3  # every third round is SIGSTOP (then SIGCONT) instead of SIGKILL; 0: never
     lease_seconds: float = 3.0
+    consumer_pause: float = 1.0  # the C++ push consumer is frozen this long before each kill (a backlog to read)
+    drain_patience: float = 60.0  # the C++ push consumer's drain ends after this long without progress
 
 
 @dataclass
@@ -115,59 +116,68 @@ class _CppLoad:
     def __init__(self, python: Path, driver: Path, namesrv: str) -> None:
         self.acks: list[_Ack] = []
         self.failures = 0
-        self.proc = subprocess.Popen(
-            [
-                str(python),
-                str(driver),
-                "produce",
-                "--namesrv",
-                namesrv,
-                "--topic",
-                TOPIC,
-                "--count",
-                "100000000",
-                "--mode",
-                "sync",
-                "--group",
-                "ChaosFailoverCpp",
-                "--body-prefix",
-                "cpp-",
-                "--retry-times",
-                "0",
-                "--send-timeout-ms",
-                "2000",
-                "--keep-going",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        self._last = time.monotonic()
+        args = ["produce", "--namesrv", namesrv, "--topic", TOPIC, "--count", "100000000", "--mode", "sync"]
+        args += ["--group", "ChaosFailoverCpp", "--body-prefix", "cpp-", "--retry-times", "0"]
+        self.driver = DriverProcess(python, driver, [*args, "--send-timeout-ms", "2000", "--keep-going"], self._event)
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        last = time.monotonic()
-        for line in self.proc.stdout:
-            now = time.monotonic()
-            if not line.endswith("\n"):
-                break
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == "sent" and event.get("status") == "OK":
-                self.acks.append(_Ack(last, now, f"cpp-{event['i']}"))
-            elif event.get("event") == "send_failed":
-                self.failures += 1
-            last = now
+    def _event(self, now: float, event: dict[str, Any]) -> None:
+        if event.get("event") == "sent" and event.get("status") == "OK":
+            self.acks.append(_Ack(self._last, now, f"cpp-{event['i']}"))
+        elif event.get("event") == "send_failed":
+            self.failures += 1
+        self._last = now
 
     def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-        self.reader.join(10)
+        self.driver.stop()
+
+
+class _CppPush:
+    """An official C++ push consumer (``cpp_driver.py consume``) on the campaign's topic for the whole run; every
+    delivery (body, when this process read it) comes from its ``received`` lines. While a master is down its route
+    lists the slave only, and RocketMQ's clients pull from it (``findBrokerAddressInSubscribe``)."""
+
+    GROUP = "ChaosFailoverCppPush"
+
+    def __init__(self, python: Path, driver: Path, namesrv: str) -> None:
+        self.lock = threading.Lock()
+        self.deliveries: list[tuple[float, str]] = []
+        args = ["consume", "--namesrv", namesrv, "--topic", TOPIC, "--group", self.GROUP, "--timeout", "1000000"]
+        self.driver = DriverProcess(python, driver, args, self._event)
+        self.proc = self.driver.proc
+
+    def _event(self, now: float, event: dict[str, Any]) -> None:
+        if event.get("event") == "received":
+            with self.lock:
+                self.deliveries.append((now, str(event.get("body"))))
+
+    def bodies(self) -> set[str]:
+        with self.lock:
+            return {b for _, b in self.deliveries}
+
+    def between(self, start: float, end: float) -> int:
+        with self.lock:
+            return sum(1 for t, _ in self.deliveries if start <= t <= end)
+
+    def stop(self) -> None:
+        self.driver.stop()
+
+
+def _probe_until_consumed(namesrv: str, push: _CppPush, timeout: float) -> None:
+    """Send probes until the C++ push consumer gets one: it has then taken the topic's queues (a new group starts
+    at their end), so every later message must reach it."""
+    from txmq.client import Message
+    from txmq.client.sync import Producer
+
+    deadline = time.monotonic() + timeout
+    with Producer("ChaosFailoverProbe", namesrv, instance_name="failover-probe") as producer:
+        n = 0
+        while not any(b.startswith("probe-") for b in push.bodies()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the C++ push consumer received nothing in {timeout:.0f} s")
+            producer.send(Message(TOPIC, f"probe-{n}".encode()))
+            n += 1
+            time.sleep(0.5)
 
 
 def _admin_call(namesrv: str, fn: Any) -> Any:
@@ -235,8 +245,12 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
     replicas = [ExtraBroker(work / f"replica{i}", {**common, "brokerId": str(i)}, namesrv_port=port) for i in (1, 2)]
     load = _Load(namesrv_addr, settings.senders)
     cpp_load: _CppLoad | None = None
+    cpp_push: _CppPush | None = None
+    while_down: list[int] = []  # per kill: deliveries to the C++ push consumer before the new master's first ack
     cpp = find_cpp_driver() if settings.cpp else None
     result.info["cpp_client"] = "yes" if cpp else "no (venv or driver not found)"
+    if cpp is not None:
+        result.zero("cpp_push_lost")
     times: list[float] = []
     cpp_times: list[float] = []
     freezes = 0
@@ -251,11 +265,19 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
             namesrv_addr,
             lambda a: a.create_topic(TOPIC, cluster="DefaultCluster", read_queue_nums=8, write_queue_nums=8),
         )
+        if cpp is not None:
+            cpp_push = _CppPush(*cpp, namesrv_addr)
+            _probe_until_consumed(namesrv_addr, cpp_push, 60)
         load.start()
         if cpp is not None:
             cpp_load = _CppLoad(*cpp, namesrv_addr)
         for n in range(settings.failovers):
             time.sleep(rng.uniform(settings.load_min, settings.load_max))
+            if cpp_push is not None:
+                # Hold the C++ push consumer back for a moment so that it has messages left to read when the master
+                # dies: it must then get them from the slave.
+                os.killpg(cpp_push.proc.pid, signal.SIGSTOP)
+                time.sleep(settings.consumer_pause)
             master_addr = _route(namesrv_addr)[0]
             victim = next(r for r in replicas if r.broker_addr == master_addr)
             freeze = settings.freeze_every > 0 and n % settings.freeze_every == settings.freeze_every - 1
@@ -265,6 +287,8 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
                 os.killpg(victim.proc.pid, signal.SIGSTOP)
             else:
                 victim.kill()
+            if cpp_push is not None:
+                os.killpg(cpp_push.proc.pid, signal.SIGCONT)
             deadline = killed_at + settings.master_timeout
             first: float | None = None
             while time.monotonic() < deadline:
@@ -282,6 +306,8 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
                 )
             else:
                 times.append(first)
+                if cpp_push is not None:
+                    while_down.append(cpp_push.between(killed_at, killed_at + first))
             if freeze:
                 assert victim.proc is not None
                 time.sleep(max(0.0, killed_at + settings.lease_seconds + 1.0 - time.monotonic()))
@@ -316,6 +342,8 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
         for body in acked:
             if body not in present:
                 result.fail("lost", body)
+        if cpp_push is not None:
+            _drain_cpp_push(result, cpp_push, acked, while_down, settings.drain_patience)
         result.info["acknowledged"] = len(acked)
         result.info["acknowledged_by_cpp_client"] = len(cpp_load.acks) if cpp_load is not None else 0
         result.info["stored"] = len(bodies)
@@ -341,12 +369,45 @@ def run_failovers(settings: FailoverSettings, work: Path, say: Any) -> PartResul
         load.stop.set()
         if cpp_load is not None:
             cpp_load.stop()
+        if cpp_push is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(cpp_push.proc.pid, signal.SIGCONT)
+            cpp_push.stop()
         for r in replicas:
             r.kill()
         namesrv.stop()
         etcd.stop()
         result.seconds = time.monotonic() - started
     return result
+
+
+def _drain_cpp_push(
+    result: PartResult, push: _CppPush, acked: list[str], while_down: list[int], patience: float
+) -> None:
+    """Let the C++ push consumer finish (until it has every acknowledged body, or makes no progress for
+    ``patience`` s), then count what it never got (``cpp_push_lost``, must be 0) and what it got twice."""
+    wanted = set(acked)
+    seen = -1
+    idle_since = time.monotonic()
+    while True:
+        got = push.bodies()
+        if wanted <= got:
+            break
+        if len(got) != seen:
+            seen, idle_since = len(got), time.monotonic()
+        elif time.monotonic() - idle_since > patience:
+            break
+        time.sleep(0.2)
+    got = push.bodies()
+    for body in sorted(wanted - got):
+        result.fail("cpp_push_lost", body)
+    with push.lock:
+        counts: dict[str, int] = {}
+        for _, body in push.deliveries:
+            counts[body] = counts.get(body, 0) + 1
+    result.info["cpp_push_delivered"] = len(got & wanted)
+    result.info["cpp_push_redelivered"] = sum(1 for b, n in counts.items() if n > 1 and b in wanted)
+    result.info["cpp_push_deliveries_while_master_down"] = while_down
 
 
 async def run_failover_campaign(settings: FailoverSettings, work: Path, say: Any) -> PartResult:

@@ -18,6 +18,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from txmq.acl import permission as perm
+from txmq.broker.ha.master import ReplicaWait
 from txmq.broker.pop.service import PopError, PopProblem
 from txmq.broker.refusal import BrokerRefusal
 from txmq.broker.stored import put_status_code
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from txmq.acl.service import AclService
     from txmq.broker.clients import ClientRegistry
     from txmq.broker.config import BrokerConfig
+    from txmq.broker.ha.gate import ReplicaGate
     from txmq.broker.pop.service import PopService
     from txmq.broker.schedule import ScheduleService
     from txmq.broker.send import SendProcessor
@@ -78,6 +80,11 @@ _REFUSAL_CODES = {
     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: d.CONSUMER_GROUP_NOT_FOUND,
     ResponseCode.SERVICE_NOT_AVAILABLE: d.INTERNAL_SERVER_ERROR,
     ResponseCode.FLUSH_DISK_TIMEOUT: d.MASTER_PERSISTENCE_TIMEOUT,
+}
+# A SYNC_MASTER's decision the slave did not confirm (stored on the master), as RocketMQ's proxy maps them.
+_REPLICA_CODES = {
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: d.SLAVE_PERSISTENCE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: d.HA_NOT_AVAILABLE,
 }
 _RESOLUTIONS = {d.COMMIT: Decision.COMMIT, d.ROLLBACK: Decision.ROLLBACK}
 # The core refuses a decision with SYSTEM_ERROR, as RocketMQ does: only these say the broker itself is in trouble.
@@ -183,6 +190,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         delay_levels_ms: list[int],
         endpoints: Callable[[], tuple[str, int]],
         peers: Callable[[str], Awaitable[list[d.MessageQueue]]] | None = None,
+        gate: ReplicaGate | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -200,8 +208,35 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         self.delay_levels_ms = delay_levels_ms
         self.endpoints = endpoints
         self.peers = peers
+        self.gate = gate  # the broker's role: a slave or a fenced master refuses writes, a SYNC_MASTER waits
 
     # -- shared checks ------------------------------------------------------------------------------------------
+
+    def _writable(self) -> None:
+        """Refuse a call that writes (a send, a decision, a receipt) on a slave or a fenced master: RocketMQ's
+        SLAVE_NOT_AVAILABLE, which the proxy answers as HA_NOT_AVAILABLE."""
+        refusal = self.gate.refusal() if self.gate is not None else None
+        if refusal is not None:
+            raise Refused(d.HA_NOT_AVAILABLE, refusal[1])
+
+    async def _replicated(self) -> d.Status | None:
+        """A SYNC_MASTER's wait for its slave after an append: None once the slave has it, else the status to answer
+        (the messages are stored on this master either way)."""
+        gate = self.gate
+        if gate is None or not gate.waits:
+            return None
+        outcome = await gate.replicated()
+        if outcome is ReplicaWait.PUT_OK:
+            return None
+        if outcome is ReplicaWait.FLUSH_SLAVE_TIMEOUT:
+            return status(
+                d.SLAVE_PERSISTENCE_TIMEOUT,
+                f"stored on the master, but no slave confirmed it within {self.config.sync_flush_timeout} ms",
+            )
+        if outcome is ReplicaWait.SLAVE_NOT_AVAILABLE:
+            return status(d.HA_NOT_AVAILABLE, "stored on the master, but no slave is in sync (SYNC_MASTER)")
+        refusal = gate.refusal()
+        return status(d.HA_NOT_AVAILABLE, refusal[1] if refusal else "this master was fenced while it waited")
 
     def _authorize(self, context: grpc.aio.ServicerContext, rpc: str, needed: list[tuple[str, int]]) -> None:
         if self.acl is None:
@@ -459,6 +494,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
     async def SendMessage(self, request: s.SendMessageRequest, context: grpc.aio.ServicerContext) -> Any:
         if not request.messages:
             raise Refused(d.BAD_REQUEST, "SendMessage carries no message")
+        self._writable()
         if self.acl is not None:
             topics = {m.topic.name for m in request.messages}
             self._authorize(context, "SendMessage", [(t, perm.PUB) for t in topics])
@@ -494,6 +530,12 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
                         message_id=message_id,
                     )
                 )
+        if any(e.status.code == d.OK for e in entries):
+            unreplicated = await self._replicated()
+            if unreplicated is not None:
+                for e in entries:
+                    if e.status.code == d.OK:
+                        e.status.CopyFrom(unreplicated)
         codes = {e.status.code for e in entries}
         overall = (
             entries[0].status if len(codes) == 1 else status(d.MULTIPLE_RESULTS, "the messages had different results")
@@ -632,6 +674,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         topic = _name(request.message_queue.topic, "topic", d.ILLEGAL_TOPIC)
         group = _group_name(request.group)
         self._authorize(context, "ReceiveMessage", self._consume_needs(topic, group))
+        self._writable()
         self._topic_config(topic, create=False)
         self._group(group)
         tags = self._tags(request.filter_expression)
@@ -662,6 +705,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
         group = _group_name(request.group)
         self._authorize(context, "AckMessage", self._consume_needs(topic, group))
+        self._writable()
         if not request.entries:
             raise Refused(d.BAD_REQUEST, "AckMessage carries no entry")
         results = []
@@ -687,6 +731,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
         group = _group_name(request.group)
         self._authorize(context, "ChangeInvisibleDuration", self._consume_needs(topic, group))
+        self._writable()
         invisible_ms = duration_ms(request.invisible_duration)
         if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
             raise Refused(d.ILLEGAL_INVISIBLE_TIME, f"invisible_duration {invisible_ms} ms is out of range")
@@ -703,6 +748,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
         group = _group_name(request.group)
         self._authorize(context, "ForwardMessageToDeadLetterQueue", self._consume_needs(topic, group))
+        self._writable()
         reason = (
             f"forwarded by the consumer after {request.delivery_attempt} of {request.max_delivery_attempts} attempts"
         )
@@ -720,6 +766,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         by the transaction core under the same rules as the 4.x door: the first decision wins."""
         topic = _name(request.topic, "topic", d.ILLEGAL_TOPIC)
         self._authorize(context, "EndTransaction", [(topic, perm.PUB)])
+        self._writable()
         try:
             phys, queue_offset = parse_transaction_id(request.transaction_id)
         except ValueError as exc:
@@ -747,7 +794,7 @@ class MessagingDoor(service_pb2_grpc.MessagingServiceServicer):
         code, remark = outcome if isinstance(outcome, tuple) else await outcome
         if code == ResponseCode.SUCCESS:
             return s.EndTransactionResponse(status=status(d.OK, remark or "OK"))
-        grpc_code = d.INTERNAL_SERVER_ERROR if code in _SERVER_TROUBLE else d.BAD_REQUEST
+        grpc_code = _REPLICA_CODES.get(code) or (d.INTERNAL_SERVER_ERROR if code in _SERVER_TROUBLE else d.BAD_REQUEST)
         return s.EndTransactionResponse(status=status(grpc_code, remark or f"refused ({code})"))
 
     @answering(s.UpdateOffsetResponse)

@@ -318,9 +318,10 @@ class MessageStore:
         return self._writer.call_in_writer_future(lambda: self._writer.append_replicated(offset, data))
 
     def read_replica_chunk(self, start: int, end: int) -> bytes:
-        """Whole records from ``start`` within one segment, before ``end`` (a master's next chunk to ship)."""
+        """Whole records from ``start`` within one segment, before ``end`` (a master's next chunk to ship): written
+        bytes, fsynced or not, as RocketMQ's masters ship (a send is acknowledged only once both copies are durable)."""
         self._reads._check_readable()
-        return read_chunk(self.commit_log, start, end, self._published.confirmed)
+        return read_chunk(self.commit_log, start, end, self._published.written)
 
     def flush(self) -> None:
         """Make everything appended so far durable and checkpoint it (blocking; normally periodic)."""
@@ -332,6 +333,11 @@ class MessageStore:
         self._writer.call_in_writer(work)
 
     # ------------------------------------------------------------------------------------------ hooks
+
+    def on_written(self, callback: Callable[[int], None] | None) -> None:
+        """Call ``callback(written_end)`` on the writer thread after each append is written, before its fsync
+        (quick and thread-safe); None removes it. One at a time: the HA master's."""
+        self._writer.on_written = callback
 
     def on_new_messages(self, callback: NewMessagesCallback, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Call ``callback(topic, queue_id, max_offset)`` when entries become visible, once per queue per group.

@@ -214,6 +214,9 @@ class Writer:
         # Held by whoever writes a group: the writer thread, or a blocking appender writing its own (put_many_sync).
         self._append_lock = threading.Lock()
         self._hooks: dict[asyncio.AbstractEventLoop | None, list[NewMessagesCallback]] = {}
+        # Called on the writer thread with the written end, before the fsync: a master ships to its slaves from it
+        # (issue 21), so the slave's fsync runs alongside this one. Must be quick and thread-safe.
+        self.on_written: Callable[[int], None] | None = None
         self._loop_batches: dict[asyncio.AbstractEventLoop, list[_Request]] = {}  # each touched by its loop only
         # Writer state (whoever holds the append lock; set by reset() after recovery).
         self._seg: Any = None
@@ -586,6 +589,8 @@ class Writer:
             commit_log.write(seg, write_from - seg.start, bufs)
         self._seg = seg
         published.written = wpos
+        if self.on_written is not None:
+            self.on_written(wpos)
         commit_log.maybe_prepare(wpos)
         self.consume_queue.put(dispatches)
         self._indexer.enqueue(dispatches)

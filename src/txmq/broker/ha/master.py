@@ -93,6 +93,16 @@ class HaMaster:
             self._server = await asyncio.start_server(self._serve, host, 0, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         self.store.on_new_messages(lambda *_: self._wake_all())
+        # Ship each append as soon as it is written, not after the master's fsync: the slave writes and fsyncs
+        # while the master does (RocketMQ ships from the written position too); a send is still answered only
+        # once both have it durably.
+        loop = asyncio.get_running_loop()
+
+        def written(_end: int) -> None:
+            if self._links:
+                loop.call_soon_threadsafe(self._wake_all)
+
+        self.store.on_written(written)
 
     def _wake_all(self) -> None:
         for link in self._links:
@@ -103,6 +113,7 @@ class HaMaster:
         return f"{self.config.advertised_ip}:{self.port}"
 
     async def close(self) -> None:
+        self.store.on_written(None)
         if self._server is not None:
             self._server.close()
         for link in list(self._links):
@@ -207,6 +218,17 @@ class HaMaster:
 
     async def wait_replicated(self, offset: int, timeout: float) -> ReplicaWait:
         """Wait until a slave has the commit log durably up to ``offset`` (a send's end)."""
+        outcome = self.waiter(offset, timeout)
+        if isinstance(outcome, ReplicaWait):
+            return outcome
+        result = await outcome
+        if result is ReplicaWait.PUT_OK and self.fence_reason():
+            return ReplicaWait.FENCED
+        return result
+
+    def waiter(self, offset: int, timeout: float) -> ReplicaWait | asyncio.Future[ReplicaWait]:
+        """:meth:`wait_replicated` without a coroutine or a task (one per send adds up): the outcome at once when it
+        is known, else a future of it. A PUT_OK from the future must still be checked against :meth:`fence_reason`."""
         if self.fence_reason():
             return ReplicaWait.FENCED
         if self.replicated_to() >= offset:
@@ -219,26 +241,23 @@ class HaMaster:
         entry = (offset, self._seq, fut)
         bisect.insort(self._waiters, entry)
         self._wake_all()
-        timer = self.clock.call_later(timeout, lambda: fut.done() or fut.cancel())
-        try:
-            outcome = await fut
-            if outcome is ReplicaWait.PUT_OK and self.fence_reason():
-                return ReplicaWait.FENCED
-            if outcome is ReplicaWait.PUT_OK:
-                self.confirmed = max(self.confirmed, offset)
-            return outcome
-        except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():  # type: ignore[union-attr]  # our caller was cancelled
-                raise
-            return ReplicaWait.FLUSH_SLAVE_TIMEOUT
-        finally:
-            timer.cancel()
+
+        def timed_out() -> None:
             if not fut.done():
-                fut.cancel()
-            try:
-                self._waiters.remove(entry)
-            except ValueError:
-                pass
+                fut.set_result(ReplicaWait.FLUSH_SLAVE_TIMEOUT)
+
+        timer = self.clock.call_later(timeout, timed_out)
+
+        def settled(done: asyncio.Future[ReplicaWait]) -> None:
+            timer.cancel()
+            if done.cancelled() or done.result() is not ReplicaWait.PUT_OK:
+                try:
+                    self._waiters.remove(entry)  # _on_acked and fence() drop the others themselves
+                except ValueError:
+                    pass
+
+        fut.add_done_callback(settled)
+        return fut
 
     def _on_acked(self, offset: int) -> None:
         self._acked = max(self._acked, offset)
@@ -284,7 +303,8 @@ class HaMaster:
         try:
             while True:
                 try:
-                    data = await asyncio.wait_for(reader.read(65536), silence)
+                    async with asyncio.timeout(silence):  # no task per read, unlike wait_for
+                        data = await reader.read(65536)
                 except TimeoutError:
                     self._drop(link, f"no report for {silence:.0f} s")
                     return
@@ -297,7 +317,8 @@ class HaMaster:
                     return
                 for frame in frames:
                     store = self.store
-                    lo, hi = store.min_physical_offset(), store.max_physical_offset()
+                    # Written, not only fsynced: a slave may have durably what this master has not fsynced yet.
+                    lo, hi = store.min_physical_offset(), store.written_physical_offset()
                     if isinstance(frame, Hello):
                         effects = session.hello(frame, min_offset=lo, max_offset=hi)
                     elif isinstance(frame, Report):
@@ -365,10 +386,11 @@ class HaMaster:
         try:
             while session.in_sync:
                 link.wake.clear()  # before looking: a wake-up from now on is not lost
-                chunk = session.next_chunk(store.max_physical_offset())
+                chunk = session.next_chunk(store.written_physical_offset())
                 if chunk is None:
                     try:
-                        await asyncio.wait_for(link.wake.wait(), _SHIP_POLL_SECONDS)
+                        async with asyncio.timeout(_SHIP_POLL_SECONDS):
+                            await link.wake.wait()
                     except TimeoutError:
                         pass
                     if self.clock.monotonic() - idle_since >= heartbeat:

@@ -62,32 +62,59 @@ def refusing_when_fenced(handler: Handler, ha: HaMaster) -> Handler:
 def waiting_for_slave(handler: Handler, ha: HaMaster, store: MessageStore, timeout_ms: int) -> Handler:
     """A SYNC_MASTER send handler: once the send is stored, wait until a slave has the log durably up to the end
     the store had then; answer FLUSH_SLAVE_TIMEOUT when it does not within ``syncFlushTimeout``, and
-    SLAVE_NOT_AVAILABLE when no slave is in sync (the message is stored either way, as in RocketMQ)."""
+    SLAVE_NOT_AVAILABLE when no slave is in sync (the message is stored either way, as in RocketMQ). Chained with
+    callbacks, without a task per send (the send path itself answers with futures)."""
     timeout = timeout_ms / 1000
 
-    async def replicated(conn: Any, cmd: RemotingCommand, pending: Any) -> Any:
-        try:
-            response = await pending if not isinstance(pending, RemotingCommand) else pending
-        except BrokerRefusal as refusal:
-            return refusal.response(cmd)
-        if response is None or response.code != ResponseCode.SUCCESS:
-            return response
-        outcome = await ha.wait_replicated(store.max_physical_offset(), timeout)
+    def answer(cmd: RemotingCommand, response: RemotingCommand, outcome: ReplicaWait) -> RemotingCommand:
+        if outcome is ReplicaWait.PUT_OK and ha.fence_reason():
+            outcome = ReplicaWait.FENCED
         if outcome is ReplicaWait.PUT_OK:
             return response
         if outcome is ReplicaWait.FENCED:
             return fenced_refusal(cmd, ha.fence_reason() or "fenced while waiting")
-        response.code = (
-            ResponseCode.FLUSH_SLAVE_TIMEOUT
-            if outcome is ReplicaWait.FLUSH_SLAVE_TIMEOUT
-            else ResponseCode.SLAVE_NOT_AVAILABLE
-        )
+        timed_out = outcome is ReplicaWait.FLUSH_SLAVE_TIMEOUT
+        response.code = ResponseCode.FLUSH_SLAVE_TIMEOUT if timed_out else ResponseCode.SLAVE_NOT_AVAILABLE
         response.remark = (
             f"stored on the master, but no slave confirmed it within {timeout_ms} ms"
-            if outcome is ReplicaWait.FLUSH_SLAVE_TIMEOUT
+            if timed_out
             else "stored on the master, but no slave is in sync (SYNC_MASTER)"
         )
         return response
+
+    def replicated(cmd: RemotingCommand, response: Any, out: asyncio.Future[Any]) -> None:
+        """The send is stored (``response``): answer ``out`` once the slave has it."""
+        if response is None or response.code != ResponseCode.SUCCESS:
+            out.set_result(response)
+            return
+        outcome = ha.waiter(store.max_physical_offset(), timeout)
+        if isinstance(outcome, ReplicaWait):
+            out.set_result(answer(cmd, response, outcome))
+            return
+
+        def waited(done: asyncio.Future[ReplicaWait]) -> None:
+            if out.done():
+                return
+            if done.cancelled():
+                out.cancel()
+            else:
+                out.set_result(answer(cmd, response, done.result()))
+
+        outcome.add_done_callback(waited)
+
+    def stored(cmd: RemotingCommand, out: asyncio.Future[Any], pending: asyncio.Future[Any]) -> None:
+        if out.done():
+            return
+        if pending.cancelled():
+            out.cancel()
+            return
+        exc = pending.exception()
+        if isinstance(exc, BrokerRefusal):
+            out.set_result(exc.response(cmd))
+        elif exc is not None:
+            out.set_exception(exc)
+        else:
+            replicated(cmd, pending.result(), out)
 
     def call(conn: Any, cmd: RemotingCommand) -> Any:
         reason = ha.fence_reason()
@@ -96,6 +123,12 @@ def waiting_for_slave(handler: Handler, ha: HaMaster, store: MessageStore, timeo
         result = handler(conn, cmd)
         if result is None or cmd.is_oneway:
             return result
-        return asyncio.ensure_future(replicated(conn, cmd, result))
+        out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if isinstance(result, RemotingCommand):
+            replicated(cmd, result, out)
+        else:
+            pending = asyncio.ensure_future(result)
+            pending.add_done_callback(lambda done: stored(cmd, out, done))
+        return out
 
     return call

@@ -157,7 +157,8 @@ class HaSlave:
             last_report = self.clock.monotonic()
             while session.state is not SlaveState.CLOSED:
                 try:
-                    data = await asyncio.wait_for(reader.read(1 << 20), heartbeat)
+                    async with asyncio.timeout(heartbeat):  # no task per read, unlike wait_for
+                        data = await reader.read(1 << 20)
                 except TimeoutError:
                     data = None
                 if data is not None:

@@ -94,6 +94,10 @@ class DecisionWriter:
         self.now_ms = now_ms
         self.store_host = store_host
         self.op_topic_ready = op_topic_ready
+        # A SYNC_MASTER's decisions are settled (answered, their turn ended) only once a slave has them: set by the
+        # broker (txmq.broker.ha.gate.ReplicaGate); None or not waiting: settled when stored.
+        self.gate: Any = None
+        self._replicating: set[asyncio.Future[Any]] = set()
         self._queue: list[Queued] = []
         self._placeholder = encode_offset_msg_id(store_host, 0)  # offsetMsgId the writer replaces with the copy's
 
@@ -180,6 +184,25 @@ class DecisionWriter:
                     marker_stored(marked, OP_TAG, q.d.decision, q.d.phys)
                     settle(q, DONE)
             return
+        gate = self.gate
+        if gate is not None and gate.waits:
+            waiting = asyncio.ensure_future(gate.replicated())
+            self._replicating.add(waiting)
+            waiting.add_done_callback(lambda w: self._replicated(batch, results, w))
+            return
+        self._settle_stored(batch, results, DONE)
+
+    def _replicated(self, batch: list[Queued], results: list[Any], waiting: asyncio.Future[Any]) -> None:
+        self._replicating.discard(waiting)
+        if waiting.cancelled() or waiting.exception() is not None:
+            failure = asyncio.CancelledError() if waiting.cancelled() else waiting.exception()
+            assert failure is not None
+            for q in batch:
+                settle(q, failure)
+            return
+        self._settle_stored(batch, results, replica_answer(waiting.result(), self.gate))
+
+    def _settle_stored(self, batch: list[Queued], results: list[Any], answer: Answer) -> None:
         copy_results = iter(results)
         table = self.table
         now = self.now_ms()
@@ -191,7 +214,27 @@ class DecisionWriter:
                 log.exception("recording the decision about half message %d failed", q.d.phys)
                 settle(q, exc)
             else:
-                settle(q, DONE)
+                settle(q, answer)
+
+
+def replica_answer(outcome: Any, gate: Any) -> Answer:
+    """The answer to a decision stored on a SYNC_MASTER, from how its wait for the slave ended (the decision is
+    stored on the master whatever the answer)."""
+    name = outcome.value
+    if name == "PUT_OK":
+        return DONE
+    if name == "FLUSH_SLAVE_TIMEOUT":
+        ms = gate.config.sync_flush_timeout
+        return (
+            ResponseCode.FLUSH_SLAVE_TIMEOUT,
+            f"decision stored on the master, but no slave confirmed it within {ms} ms",
+        )
+    if name == "SLAVE_NOT_AVAILABLE":
+        return ResponseCode.SLAVE_NOT_AVAILABLE, "decision stored on the master, but no slave is in sync (SYNC_MASTER)"
+    refusal = gate.refusal()
+    return ResponseCode.SERVICE_NOT_AVAILABLE, (
+        f"the decision may be lost: {refusal[1] if refusal else 'this master was fenced while it waited'}"
+    )
 
 
 def _units(batch: list[Queued]) -> list[list[Queued]]:
