@@ -19,13 +19,18 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from txmq.spark.errors import TxmqSparkError
+from txmq.spark.store_source import commitlog_dir
 from txmq.txn.journal import JOURNAL_NAME, LEGACY_CHECKS_NAME, parse_journal, parse_legacy_checks
 from txmq.txn.rebuild import RESUME as REPLAY_RESUME
 from txmq.txn.rebuild import Folded, OpEvent, fold
@@ -62,35 +67,152 @@ def deciding_event(actions: tuple[str, ...]) -> tuple[int, str] | None:
     return None if decided is None else (decided.seq, decided.action)
 
 
-def transaction_decisions(spark: SparkSession, ops: DataFrame) -> DataFrame:
-    """(half_phys, decision, decision_ms) per transaction with op records: the decision in force (COMMIT, ROLLBACK,
-    UNKNOWN, or DISCARD while discarded) and its marker's born time.
+# The columns of the transactions view that the per-transaction pass reads (one shuffle of these, by half_phys).
+_PASS_INPUT = (
+    "kind",
+    "commit_log_offset",
+    "half_phys",
+    "producer_group",
+    "topic",
+    "transaction_id",
+    "uniq_key",
+    "offset_msg_id",
+    "decision",
+    "born_timestamp",
+    "store_timestamp",
+    "tx_seq",
+)
+# What it writes: a row per half message (orphan false) with how it was decided and delivered, and a row per half
+# commit-log offset that has committed copies but no half message in the store (orphan true).
+PASS_SCHEMA = (
+    "orphan boolean, half_phys bigint, producer_group string, real_topic string, transaction_id string,"
+    " uniq_key string, prepared_ms bigint, tx_seq int, decision string, decision_ms bigint, deliveries int,"
+    " delivered_msg_id string, delivered_ms bigint"
+)
+_ARROW_TYPES = {"boolean": pa.bool_(), "bigint": pa.int64(), "string": pa.string(), "int": pa.int32()}
+PASS_ARROW = pa.schema(
+    [pa.field(n, _ARROW_TYPES[t]) for n, t in (f.strip().split(" ") for f in PASS_SCHEMA.split(","))]
+)
 
-    Each transaction's events are gathered and sorted in Spark; the distinct action sequences (a handful: "COMMIT",
-    "ROLLBACK", "DISCARD", "DISCARD,RESUME,COMMIT", ...) come to the driver, where the broker's own fold decides
-    each once, and the answers are joined back. No Python runs per transaction, and the executors run none here.
-    This runs one Spark job (the distinct sequences) when called."""
-    col = F.col
-    action = F.when(col("kind") == "RESUME", F.lit(REPLAY_RESUME)).otherwise(
-        F.coalesce(col("decision"), F.lit("UNKNOWN"))
+
+def per_transaction(batches: Iterator[Any]) -> Iterator[Any]:
+    """The per-transaction pass, run by ``mapInArrow`` over a partition that holds every record of its half messages
+    (the events are shuffled by ``half_phys``): pyarrow groups and joins, no Python per row.
+
+    - decisions: each half message's op events sorted in commit-log order, their actions joined into a sequence
+      ("COMMIT", "DISCARD,RESUME,COMMIT", ...); the few distinct sequences are replayed once each through the
+      broker's own fold (:func:`deciding_event`), which also says which event's born time is the decision's;
+    - deliveries: count, the first copy's offsetMsgId and the earliest store time;
+    - orphans: committed copies whose half message is not in the store."""
+    schema = PASS_ARROW
+    got = list(batches)
+    if not got or not sum(b.num_rows for b in got):
+        return
+    table = pa.Table.from_batches(got).combine_chunks()
+    kind = table["kind"]
+    first = pc.ScalarAggregateOptions(skip_nulls=False)
+    every = pc.CountOptions(mode="all")
+
+    ops = table.filter(pc.is_in(kind, value_set=pa.array(["OP", "RESUME"])))
+    action = pc.if_else(
+        pc.equal(ops["kind"], "RESUME"), pa.scalar(REPLAY_RESUME), pc.coalesce(ops["decision"], pa.scalar("UNKNOWN"))
     )
-    event = F.struct(col("commit_log_offset").alias("o"), action.alias("a"), col("born_timestamp").alias("t"))
-    per_tx = (
-        ops.filter(col("half_phys").isNotNull())
-        .groupBy("half_phys")
-        .agg(F.array_sort(F.collect_list(event)).alias("events"))
-        .withColumn("actions", F.concat_ws(",", F.transform("events", lambda e: e["a"])))
+    events = pa.table(
+        {"half_phys": ops["half_phys"], "o": ops["commit_log_offset"], "a": action, "t": ops["born_timestamp"]}
+    ).sort_by([("half_phys", "ascending"), ("o", "ascending"), ("a", "ascending"), ("t", "ascending")])
+    grouped = events.group_by("half_phys", use_threads=False).aggregate([("a", "list"), ("t", "list")])
+    grouped = grouped.combine_chunks()
+    sequences = pc.binary_join(grouped["a_list"], ",")
+    distinct = pc.unique(sequences)
+    answers = [deciding_event(tuple(seq.split(","))) for seq in distinct.to_pylist()]
+    where = pc.index_in(sequences, value_set=distinct)
+    pick = pc.take(pa.array([None if a is None else a[0] for a in answers], pa.int64()), where)
+    decided = pc.take(pa.array([None if a is None else a[1] for a in answers], pa.string()), where)
+    borns = grouped["t_list"].combine_chunks() if isinstance(grouped["t_list"], pa.ChunkedArray) else grouped["t_list"]
+    starts = pc.cast(borns.offsets.slice(0, len(borns)), pa.int64())
+    decision_ms = pc.take(borns.values, pc.add(starts, pick))
+    decisions = pa.table({"half_phys": grouped["half_phys"], "decision": decided, "decision_ms": decision_ms})
+
+    copies = (
+        table.filter(pc.equal(kind, "DELIVERY"))
+        .select(
+            [
+                "half_phys",
+                "commit_log_offset",
+                "offset_msg_id",
+                "store_timestamp",
+                "producer_group",
+                "topic",
+                "uniq_key",
+            ]
+        )
+        .sort_by([("half_phys", "ascending"), ("commit_log_offset", "ascending")])
     )
-    answers = []
-    for row in per_tx.select("actions").distinct().collect():
-        found = deciding_event(tuple(row["actions"].split(",")))
-        answers.append((row["actions"], *(found if found is not None else (None, None))))
-    table = spark.createDataFrame(answers, "actions string, pick int, decided string")
-    return per_tx.join(F.broadcast(table), "actions", "left").select(
-        "half_phys",
-        col("decided").alias("decision"),
-        F.get(col("events"), col("pick"))["t"].alias("decision_ms"),
+    delivered = copies.group_by("half_phys", use_threads=False).aggregate(
+        [
+            ("commit_log_offset", "count", every),
+            ("offset_msg_id", "first", first),
+            ("store_timestamp", "min"),
+            ("producer_group", "first", first),
+            ("topic", "first", first),
+            ("uniq_key", "first", first),
+        ]
     )
+    delivered = pa.table(
+        {
+            "half_phys": delivered["half_phys"],
+            "deliveries": pc.cast(delivered["commit_log_offset_count"], pa.int32()),
+            "delivered_msg_id": delivered["offset_msg_id_first"],
+            "delivered_ms": delivered["store_timestamp_min"],
+            "d_group": delivered["producer_group_first"],
+            "d_topic": delivered["topic_first"],
+            "d_uniq": delivered["uniq_key_first"],
+        }
+    )
+
+    halves = table.filter(pc.equal(kind, "HALF"))
+    halves = pa.table(
+        {
+            "half_phys": halves["half_phys"],
+            "producer_group": halves["producer_group"],
+            "real_topic": halves["topic"],
+            "transaction_id": halves["transaction_id"],
+            "uniq_key": halves["uniq_key"],
+            "prepared_ms": halves["store_timestamp"],
+            "tx_seq": halves["tx_seq"],
+        }
+    )
+    rows = halves.join(decisions, "half_phys", join_type="left outer", use_threads=False).join(
+        delivered.drop_columns(["d_group", "d_topic", "d_uniq"]), "half_phys", join_type="left outer", use_threads=False
+    )
+    n = rows.num_rows
+    out = pa.table(
+        {
+            "orphan": pa.repeat(pa.scalar(False), n),
+            **{c: rows[c] for c in schema.names[1:] if c != "deliveries"},
+            "deliveries": pc.coalesce(rows["deliveries"], pa.scalar(0, pa.int32())),
+        }
+    ).select(schema.names)
+    yield from out.cast(schema).to_batches()
+
+    orphans = delivered.join(halves.select(["half_phys"]), "half_phys", join_type="left anti", use_threads=False)
+    m = orphans.num_rows
+    if m:
+        nothing = {name: pa.nulls(m, schema.field(name).type) for name in schema.names}
+        lone = pa.table(
+            {
+                **nothing,
+                "orphan": pa.repeat(pa.scalar(True), m),
+                "half_phys": orphans["half_phys"],
+                "producer_group": orphans["d_group"],
+                "real_topic": orphans["d_topic"],
+                "uniq_key": orphans["d_uniq"],
+                "deliveries": orphans["deliveries"],
+                "delivered_msg_id": orphans["delivered_msg_id"],
+                "delivered_ms": orphans["delivered_ms"],
+            }
+        ).select(schema.names)
+        yield from lone.cast(schema).to_batches()
 
 
 def transaction_events(spark: SparkSession, store: str) -> DataFrame:
@@ -121,60 +243,81 @@ def check_counts(spark: SparkSession, store: str) -> DataFrame:
     return spark.createDataFrame(list(counts.items()), "half_phys bigint, journal_checks int")
 
 
-def transaction_audit(spark: SparkSession, store: str, events: DataFrame | None = None) -> DataFrame:
+PASS_PARTITION_BYTES = 128 << 20  # the per-transaction pass: a partition per this much commit log
+
+
+def pass_partitions(store: str) -> int:
+    """How many partitions the per-transaction pass runs in: one per PASS_PARTITION_BYTES of commit log (at least
+    2), so that each Python task holds a few hundred thousand events whatever the store's size."""
+    try:
+        folder = commitlog_dir(store)
+        size = sum(e.stat().st_size for e in os.scandir(folder) if e.is_file())
+    except (OSError, TxmqSparkError):
+        size = 0
+    return max(2, -(-size // PASS_PARTITION_BYTES))
+
+
+@dataclass
+class TransactionPass:
+    """The per-transaction pass over a store's events (:func:`per_transaction` after one shuffle by half_phys), and
+    whether any transaction holds several messages (then the audit groups those rows once more)."""
+
+    rows: DataFrame  # PASS_SCHEMA
+    several: bool
+
+
+def transaction_pass(spark: SparkSession, store: str, events: DataFrame) -> TransactionPass:
+    """Plan the pass; runs one small job over ``events`` (whether op markers written by RocketMQ, which name no half
+    commit-log offset, or transactions of several messages are present)."""
+    col = F.col
+    is_op = col("kind").isin("OP", "RESUME")
+    facts = events.select(
+        F.max((is_op & col("half_phys").isNull()).cast("int")).alias("anonymous"),
+        F.max(((col("kind") == "HALF") & col("tx_seq").isNotNull()).cast("int")).alias("several"),
+    ).first()
+    anonymous = bool(facts is not None and facts["anonymous"])
+    several = bool(facts is not None and facts["several"])
+    keyed = events.filter(col("half_phys").isNotNull()).select(*_PASS_INPUT)
+    if anonymous:
+        # RocketMQ's markers are matched to their half message by its queue offset: a join over every half message,
+        # made only when the store has such markers.
+        halves = events.filter(col("kind") == "HALF").select(
+            col("half_queue_offset").alias("q"), col("half_phys").alias("hp")
+        )
+        found = (
+            events.filter(is_op & col("half_phys").isNull())
+            .join(halves, col("half_queue_offset") == col("q"))
+            .withColumn("half_phys", col("hp"))
+            .select(*_PASS_INPUT)
+        )
+        keyed = keyed.unionByName(found)
+    rows = keyed.repartition(pass_partitions(store), "half_phys").mapInArrow(per_transaction, PASS_SCHEMA)
+    return TransactionPass(rows, several)
+
+
+def transaction_audit(
+    spark: SparkSession, store: str, events: DataFrame | None = None, prepared: TransactionPass | None = None
+) -> DataFrame:
     """One row per transaction in ``store`` (see AUDIT_COLUMNS): a half message, or the messages of a transaction
-    of several together; lazily evaluated but for two small jobs (whether the store has op markers written by
-    RocketMQ, and the distinct op sequences, see :func:`transaction_decisions`).
+    of several together; lazily evaluated but for one small job (see :func:`transaction_pass`).
 
     ``events`` defaults to :func:`transaction_events`, which several steps of the plan read; pass a cached or
-    materialised copy (as :func:`run_audit` does) to scan the store once."""
+    materialised copy (as :func:`run_audit` does) to scan the store once. ``prepared`` is the pass over them when the
+    caller reuses it (run_audit caches it and takes the orphan copies from it too)."""
     ev = events if events is not None else transaction_events(spark, store)
+    done = prepared if prepared is not None else transaction_pass(spark, store, ev)
     col = F.col
-    halves = ev.filter(col("kind") == "HALF").select(
-        "half_phys",
-        "half_queue_offset",
-        "producer_group",
-        col("topic").alias("real_topic"),
-        "transaction_id",
-        "uniq_key",
-        col("store_timestamp").alias("prepared_ms"),
-        "tx_seq",
-    )
-    by_queue_offset = halves.select(col("half_queue_offset").alias("q"), col("half_phys").alias("hp"))
-    op_columns = ("kind", "decision", "commit_log_offset", "born_timestamp")
-    all_ops = ev.filter(col("kind").isin("OP", "RESUME"))
-    ops = all_ops.filter(col("half_phys").isNotNull()).select("half_phys", *op_columns)
-    # txmq's markers name their half message's commit-log offset. RocketMQ's do not (a store that RocketMQ wrote):
-    # they are matched to their half message by its queue offset, which costs a join over every half message, made
-    # only when the store has such markers (one small job looks).
-    anonymous = all_ops.filter(col("half_phys").isNull())
-    if anonymous.limit(1).count():
-        ops = ops.unionByName(
-            anonymous.join(by_queue_offset, col("half_queue_offset") == col("q"), "left").select(
-                col("hp").alias("half_phys"), *op_columns
-            )
-        )
-    # How each transaction ended: its op records replayed in log order through the broker's own fold.
-    decisions = transaction_decisions(spark, ops)
-    deliveries = (
-        ev.filter(col("kind") == "DELIVERY")
-        .groupBy("half_phys")
-        .agg(
-            F.count(F.lit(1)).alias("deliveries"),
-            F.min_by("offset_msg_id", "commit_log_offset").alias("delivered_msg_id"),
-            F.min("store_timestamp").alias("delivered_ms"),
-        )
-    )
     discard_checks = (
         ev.filter((col("kind") == "DISCARD_COPY") & col("uniq_key").isNotNull())
         .groupBy(col("uniq_key").alias("dk"), col("producer_group").alias("dg"))
         .agg(F.max("checks").alias("discard_checks"))
     )
     joined = (
-        halves.join(decisions, "half_phys", "left")
-        .join(deliveries, "half_phys", "left")
-        .join(check_counts(spark, store), "half_phys", "left")
-        .join(discard_checks, (col("uniq_key") == col("dk")) & (col("producer_group") == col("dg")), "left")
+        done.rows.filter(~col("orphan"))
+        .join(F.broadcast(check_counts(spark, store)), "half_phys", "left")
+        .join(
+            F.broadcast(discard_checks), (col("uniq_key") == col("dk")) & (col("producer_group") == col("dg")), "left"
+        )
         .withColumn("deliveries", F.coalesce(col("deliveries"), F.lit(0)))
     )
     decision = col("decision")
@@ -212,16 +355,16 @@ def transaction_audit(spark: SparkSession, store: str, events: DataFrame | None 
             "tx_seq",
         )
     )
-    return _one_row_per_transaction(per_half)
+    return _one_row_per_transaction(per_half, several=done.several)
 
 
 _PER_HALF = AUDIT_COLUMNS[: AUDIT_COLUMNS.index("messages")]
 
 
-def _one_row_per_transaction(per_half: DataFrame) -> DataFrame:
+def _one_row_per_transaction(per_half: DataFrame, *, several: bool) -> DataFrame:
     """A transaction of one message is its half message's row. The messages of a transaction of several (same
     producer group and TXMQ_TX_ID) become one row: the first message's, with the count of messages, of those
-    delivered, and every delivery."""
+    delivered, and every delivery. ``several``: whether the store has any (else the grouping is left out)."""
     col = F.col
     delivered = (col("deliveries") > 0).cast("int")
     single = (
@@ -231,7 +374,9 @@ def _one_row_per_transaction(per_half: DataFrame) -> DataFrame:
         .withColumn("max_deliveries", col("deliveries"))
         .select(*AUDIT_COLUMNS)
     )
-    several = (
+    if not several:
+        return single
+    grouped = (
         per_half.filter(col("tx_seq").isNotNull())
         .groupBy("producer_group", "transaction_id")
         .agg(
@@ -244,21 +389,26 @@ def _one_row_per_transaction(per_half: DataFrame) -> DataFrame:
         .select("first.*", "deliveries", "messages", "messages_delivered", "max_deliveries")
         .select(*AUDIT_COLUMNS)
     )
-    return single.unionByName(several)
+    return single.unionByName(grouped)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Summaries
 
 
-def resolutions_by_group_topic(audit: DataFrame) -> DataFrame:
-    return (
-        audit.groupBy("producer_group", "real_topic")
-        .pivot("resolution", list(RESOLUTIONS))
-        .count()
-        .fillna(0)
-        .orderBy("producer_group", "real_topic")
-    )
+def resolution_counts(audit: DataFrame) -> list[dict[str, Any]]:
+    """Transactions per producer group, topic and resolution, one job: a row per (group, topic) in that order (nulls
+    first), with a count per resolution (0 when none), as ``summary.json``'s ``by_group_topic``."""
+    table: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for r in audit.groupBy("producer_group", "real_topic", "resolution").count().collect():
+        key = (r["producer_group"], r["real_topic"])
+        row = table.setdefault(key, {"producer_group": key[0], "real_topic": key[1], **dict.fromkeys(RESOLUTIONS, 0)})
+        row[r["resolution"]] = int(r["count"])
+
+    def order(key: tuple[Any, Any]) -> tuple[bool, str, bool, str]:
+        return (key[0] is not None, key[0] or "", key[1] is not None, key[1] or "")
+
+    return [table[k] for k in sorted(table, key=order)]
 
 
 def latency_percentiles(audit: DataFrame) -> DataFrame:
@@ -283,16 +433,17 @@ def oldest_in_doubt(audit: DataFrame, limit: int = 20, now_ms: int | None = None
     return (
         audit.filter(F.col("resolution") == "PENDING")
         .withColumn("age_ms", F.lit(now) - F.unix_millis("prepared_at"))
-        .orderBy("prepared_at")
+        .orderBy("prepared_at", "half_commit_log_offset")  # the log order breaks ties: the same list every run
         .limit(limit)
     )
 
 
-def anomalies(audit: DataFrame, events: DataFrame) -> DataFrame:
+def anomalies(audit: DataFrame, events: DataFrame | TransactionPass) -> DataFrame:
     """COMMIT_WITHOUT_DELIVERY, PARTIAL_DELIVERY (some messages of a transaction of several delivered, not all),
     DOUBLE_DELIVERY and DELIVERY_WITHOUT_COMMIT (including deliveries whose half message
     is not in the store at all): (anomaly, producer_group, real_topic, uniq_key, half_commit_log_offset, resolution,
-    deliveries, delivered_msg_id)."""
+    deliveries, delivered_msg_id). ``events``: the store's events, or the audit's :class:`TransactionPass` over them
+    (whose orphan rows are those copies without a half message)."""
     col = F.col
     cols = [
         "producer_group",
@@ -313,28 +464,20 @@ def anomalies(audit: DataFrame, events: DataFrame) -> DataFrame:
         .alias("anomaly"),
         *cols,
     ).filter(col("anomaly").isNotNull())
-    halves = events.filter(col("kind") == "HALF").select(col("half_phys").alias("hp"))
-    orphans = (
-        events.filter(col("kind") == "DELIVERY")
-        .join(halves, col("half_phys") == col("hp"), "left_anti")
-        .groupBy("half_phys")
-        .agg(
-            F.first("producer_group").alias("producer_group"),
-            F.first("topic").alias("real_topic"),
-            F.first("uniq_key").alias("uniq_key"),
-            F.count(F.lit(1)).cast("int").alias("deliveries"),
-            F.min_by("offset_msg_id", "commit_log_offset").alias("delivered_msg_id"),
-        )
-        .select(
-            F.lit("DELIVERY_WITHOUT_COMMIT").alias("anomaly"),
-            "producer_group",
-            "real_topic",
-            "uniq_key",
-            col("half_phys").alias("half_commit_log_offset"),
-            F.lit(None).cast("string").alias("resolution"),
-            "deliveries",
-            "delivered_msg_id",
-        )
+    if isinstance(events, TransactionPass):
+        rows = events.rows
+    else:  # only the half messages and their copies matter here
+        keyed = events.filter(col("kind").isin("HALF", "DELIVERY")).select(*_PASS_INPUT)
+        rows = keyed.repartition("half_phys").mapInArrow(per_transaction, PASS_SCHEMA)
+    orphans = rows.filter(col("orphan")).select(
+        F.lit("DELIVERY_WITHOUT_COMMIT").alias("anomaly"),
+        "producer_group",
+        "real_topic",
+        "uniq_key",
+        col("half_phys").alias("half_commit_log_offset"),
+        F.lit(None).cast("string").alias("resolution"),
+        "deliveries",
+        "delivered_msg_id",
     )
     return flagged.unionByName(orphans)
 
@@ -379,23 +522,30 @@ def run_audit(
         transaction_events(spark, store).write.mode("overwrite").parquet(events_path)
         lap("scan")
         events = spark.read.parquet(events_path)
-        audit_path = os.path.join(out_dir, "audit.parquet")
-        transaction_audit(spark, store, events).write.mode("overwrite").parquet(audit_path)
-        lap("audit")
-        audit = spark.read.parquet(audit_path)
-        counts = {r["resolution"]: int(r["count"]) for r in audit.groupBy("resolution").count().collect()}
-        found = anomalies(audit, events)
-        found.write.mode("overwrite").parquet(os.path.join(out_dir, "anomalies.parquet"))
+        # One shuffle of the events by half message and one pass per transaction; its rows are kept (memory, then
+        # disk) for the anomalies, which take the copies without a half message from it.
+        prepared = transaction_pass(spark, store, events)
+        prepared.rows.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            audit_path = os.path.join(out_dir, "audit.parquet")
+            transaction_audit(spark, store, events, prepared).write.mode("overwrite").parquet(audit_path)
+            lap("audit")
+            audit = spark.read.parquet(audit_path)
+            found = anomalies(audit, prepared)
+            found.write.mode("overwrite").parquet(os.path.join(out_dir, "anomalies.parquet"))
+        finally:
+            prepared.rows.unpersist()
         anomaly_rows = spark.read.parquet(os.path.join(out_dir, "anomalies.parquet"))
-        by_group = resolutions_by_group_topic(audit)
+        by_group = resolution_counts(audit)
+        counts = {r: sum(row[r] for row in by_group) for r in RESOLUTIONS}
         latency = latency_percentiles(audit)
         oldest = oldest_in_doubt(audit)
         summary = {
             "store": os.path.abspath(store),
             "transactions": sum(counts.values()),
-            "by_resolution": {r: counts.get(r, 0) for r in RESOLUTIONS},
+            "by_resolution": counts,
             "anomalies": {r["anomaly"]: int(r["count"]) for r in anomaly_rows.groupBy("anomaly").count().collect()},
-            "by_group_topic": [r.asDict() for r in by_group.collect()],
+            "by_group_topic": by_group,
             "latency_ms": [r.asDict() for r in latency.collect()],
             "oldest_in_doubt": [
                 {**r.asDict(), "prepared_at": str(r["prepared_at"])} for r in oldest.drop("resolved_at").collect()
