@@ -115,6 +115,9 @@ def main() -> None:
     ap.add_argument(
         "--stages", action="store_true", help="print each Spark stage's time and JVM CPU (from Spark's event log)"
     )
+    ap.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="another Spark setting (repeatable)"
+    )
     args = ap.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="txmq-bench-audit-")
     store = args.store or os.path.join(work, "store")
@@ -133,6 +136,7 @@ def main() -> None:
             "spark.sql.shuffle.partitions": "8",
             "spark.driver.memory": "2g",
         }
+        conf |= dict(item.split("=", 1) for item in args.conf)
         events_dir = os.path.join(work, "spark-events")
         if args.stages:
             os.makedirs(events_dir, exist_ok=True)

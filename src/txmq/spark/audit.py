@@ -291,8 +291,31 @@ def transaction_pass(spark: SparkSession, store: str, events: DataFrame) -> Tran
             .select(*_PASS_INPUT)
         )
         keyed = keyed.unionByName(found)
-    rows = keyed.repartition(pass_partitions(store), "half_phys").mapInArrow(per_transaction, PASS_SCHEMA)
+    rows = _slim(keyed).repartition(pass_partitions(store), "half_phys").mapInArrow(per_transaction, PASS_SCHEMA)
     return TransactionPass(rows, several)
+
+
+def _slim(keyed: DataFrame) -> DataFrame:
+    """The pass's input with only what it reads of each kind of record (the rest null), which shuffles a third less:
+    the born time of op records, the store time, transaction id and place of half messages, the offsetMsgId and
+    store time of copies (with their group, topic and key, named when a copy has no half message)."""
+    col = F.col
+    kind = col("kind")
+    op = kind.isin("OP", "RESUME")
+    return keyed.select(
+        "kind",
+        "commit_log_offset",
+        "half_phys",
+        "producer_group",
+        "topic",
+        F.when(kind == "HALF", col("transaction_id")).alias("transaction_id"),
+        "uniq_key",
+        F.when(kind == "DELIVERY", col("offset_msg_id")).alias("offset_msg_id"),
+        "decision",
+        F.when(op, col("born_timestamp")).alias("born_timestamp"),
+        F.when(~op, col("store_timestamp")).alias("store_timestamp"),
+        F.when(kind == "HALF", col("tx_seq")).alias("tx_seq"),
+    )
 
 
 def transaction_audit(
@@ -468,7 +491,7 @@ def anomalies(audit: DataFrame, events: DataFrame | TransactionPass) -> DataFram
         rows = events.rows
     else:  # only the half messages and their copies matter here
         keyed = events.filter(col("kind").isin("HALF", "DELIVERY")).select(*_PASS_INPUT)
-        rows = keyed.repartition("half_phys").mapInArrow(per_transaction, PASS_SCHEMA)
+        rows = _slim(keyed).repartition("half_phys").mapInArrow(per_transaction, PASS_SCHEMA)
     orphans = rows.filter(col("orphan")).select(
         F.lit("DELIVERY_WITHOUT_COMMIT").alias("anomaly"),
         "producer_group",
