@@ -27,6 +27,7 @@ from txmq.txn.rebuild import RESUME as REPLAY_RESUME
 
 SCHEMA = arrow_schema(TX_COLUMNS)
 HALVES = [1_000, 2_000, 3_000, 4_000]
+DECISIONS = ["COMMIT", "ROLLBACK", "DISCARD", None, "X", "COMMIT,ROLLBACK"]  # None: RocketMQ's; then unknown ones
 
 
 def _row(**values: Any) -> dict[str, Any]:
@@ -69,7 +70,7 @@ def partitions(draw: st.DrawFn) -> list[dict[str, Any]]:
             )
         else:
             at = draw(st.sampled_from([next(offset), 500_000]))  # 500 000: several markers in one op record
-            decision = None if kind == "RESUME" else draw(st.sampled_from(["COMMIT", "ROLLBACK", "DISCARD", None, "X"]))
+            decision = None if kind == "RESUME" else draw(st.sampled_from(DECISIONS))
             rows.append(
                 _row(
                     kind=kind,

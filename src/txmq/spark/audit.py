@@ -89,6 +89,7 @@ PASS_SCHEMA = (
     " uniq_key string, prepared_ms bigint, tx_seq int, decision string, decision_ms bigint, deliveries int,"
     " delivered_msg_id string, delivered_ms bigint"
 )
+_SEP = "\x1f"
 _ARROW_TYPES = {"boolean": pa.bool_(), "bigint": pa.int64(), "string": pa.string(), "int": pa.int32()}
 PASS_ARROW = pa.schema(
     [pa.field(n, _ARROW_TYPES[t]) for n, t in (f.strip().split(" ") for f in PASS_SCHEMA.split(","))]
@@ -122,9 +123,9 @@ def per_transaction(batches: Iterator[Any]) -> Iterator[Any]:
     ).sort_by([("half_phys", "ascending"), ("o", "ascending"), ("a", "ascending"), ("t", "ascending")])
     grouped = events.group_by("half_phys", use_threads=False).aggregate([("a", "list"), ("t", "list")])
     grouped = grouped.combine_chunks()
-    sequences = pc.binary_join(grouped["a_list"], ",")
+    sequences = pc.binary_join(grouped["a_list"], _SEP)  # a unit separator: a decision's text may hold a comma
     distinct = pc.unique(sequences)
-    answers = [deciding_event(tuple(seq.split(","))) for seq in distinct.to_pylist()]
+    answers = [deciding_event(tuple(seq.split(_SEP))) for seq in distinct.to_pylist()]
     where = pc.index_in(sequences, value_set=distinct)
     pick = pc.take(pa.array([None if a is None else a[0] for a in answers], pa.int64()), where)
     decided = pc.take(pa.array([None if a is None else a[1] for a in answers], pa.string()), where)
