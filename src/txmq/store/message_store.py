@@ -187,12 +187,15 @@ class MessageStore:
                     # rebuilt from it: the abort marker stays, so the next start runs crash recovery.
                     log.warning("store closing on a full disk (%s); the next start rebuilds what is missing", exc)
             elif health.failure is None:
-                # The disk was full when the indexer last tried: keep the abort marker, so that the next start
-                # replays the key index past its durable point (nothing else needs recovering).
+                # The indexer could not finish (the disk was full when it last tried, or it never ran): keep the
+                # abort marker, so that the next start replays the key index past its durable point (nothing else
+                # needs recovering).
                 self._flusher.flush()
+                blocked = self._indexer.blocked
                 log.warning(
-                    "store closing with %d records not in the key index (disk full); the next start indexes them",
+                    "store closing with %d records not in the key index (%s); the next start indexes them",
                     behind,
+                    f"disk full: {blocked}" if blocked else "indexing had not caught up",
                 )
             else:
                 log.error(
