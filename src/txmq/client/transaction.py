@@ -29,14 +29,17 @@ from txmq.client.local_state import (
 )
 from txmq.client.message import DEFAULT_TOPIC, Message, MessageExt, MessageQueue, SendResult, SendStatus
 from txmq.client.producer import Producer, check_message
+from txmq.client.wire import end_transaction_ext, request_command
 from txmq.errors import MQClientError, ProtocolError, RemotingError
 from txmq.net import Connection
 from txmq.protocol.codes import RequestCode
 from txmq.protocol.frame import RemotingCommand
-from txmq.protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from txmq.protocol.headers import CheckTransactionStateRequestHeader
 from txmq.protocol.record import Prop, decode_offset_msg_id, decode_record
 
 log = logging.getLogger("txmq.client")
+
+_END_TRANSACTION = int(RequestCode.END_TRANSACTION)
 
 __all__ = [
     "LocalTransactionState",
@@ -192,7 +195,12 @@ class TransactionProducer(Producer):
         out = TransactionSendResult.of(result, state, result.msg_id)
         try:
             addr, cmd = self._end_command(result, state, error, oneway=True)
-            await self.instance.invoke_oneway(addr, cmd)
+            instance = self.instance
+            conn = instance.open_connection(addr)  # spares a coroutine per transaction when connected
+            if conn is None:
+                await instance.invoke_oneway(addr, cmd)
+            else:
+                conn.send_oneway(instance.sign(cmd))
         except (ProtocolError, RemotingError, MQClientError) as exc:
             log.warning(
                 "local transaction of %s ended %s, but telling the broker failed (%s); the broker will check it",
@@ -215,17 +223,17 @@ class TransactionProducer(Producer):
         (host, port), commit_log_offset = decode_offset_msg_id(result.offset_msg_id)
         # The address the half message was sent to; the store host in its offsetMsgId is the fallback.
         addr = self.instance.find_broker_addr(result.message_queue.broker_name) or f"{host}:{port}"
-        header = EndTransactionRequestHeader(
-            producerGroup=self.group,
-            tranStateTableOffset=result.queue_offset,  # the half message's queue offset in the half topic
-            commitLogOffset=commit_log_offset,
-            commitOrRollback=state.commit_or_rollback,
-            fromTransactionCheck=False,
-            msgId=result.msg_id,
-            transactionId=result.transaction_id or result.msg_id,
-            txmqMessages=messages,
+        ext = end_transaction_ext(
+            self.group,
+            result.queue_offset,  # the half message's queue offset in the half topic
+            commit_log_offset,
+            state.commit_or_rollback,
+            False,
+            result.msg_id,
+            result.transaction_id or result.msg_id,
+            messages,
         )
-        cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext(), oneway=oneway)
+        cmd = request_command(_END_TRANSACTION, ext, b"", oneway)
         if error is not None:
             cmd.remark = f"executeLocalTransactionBranch exception: {error!r}"[:512]
         return addr, cmd
@@ -279,16 +287,17 @@ class TransactionProducer(Producer):
             if waiting:
                 self._checks_waiting -= 1
         uniq_key = msg.properties.get(Prop.UNIQ_KEY) or header.msgId or msg.offset_msg_id
-        end = EndTransactionRequestHeader(
-            producerGroup=self.group,
-            tranStateTableOffset=header.tranStateTableOffset,
-            commitLogOffset=header.commitLogOffset,
-            commitOrRollback=state.commit_or_rollback,
-            fromTransactionCheck=True,
-            msgId=uniq_key,
-            transactionId=header.transactionId or uniq_key,
+        ext = end_transaction_ext(
+            self.group,
+            header.tranStateTableOffset,
+            header.commitLogOffset,
+            state.commit_or_rollback,
+            True,
+            uniq_key,
+            header.transactionId or uniq_key,
+            None,
         )
-        cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, end.to_ext(), oneway=True)
+        cmd = request_command(_END_TRANSACTION, ext, b"", True)
         if error is not None:
             cmd.remark = f"checkLocalTransactionState exception: {error!r}"[:512]
         instance = self._instance
