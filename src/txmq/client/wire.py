@@ -37,8 +37,8 @@ def send_v2_ext(
 ) -> dict[str, str]:
     """SendMessageRequestHeaderV2's extFields (one-letter names), built directly: this runs once per message, and
     going through the typed header costs more than the rest of the send. Equal to
-    ``SendMessageRequestHeader(...).to_v2_ext()`` for the same values, key order included (a unit test keeps them in
-    step)."""
+    ``SendMessageRequestHeader(...).to_v2_ext()`` for the same values (unit tests keep them in step); the keys come in
+    the order this client has always written them (``i`` and ``l`` last)."""
     ext = {
         "a": group,
         "b": topic,
