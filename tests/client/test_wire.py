@@ -4,6 +4,7 @@ client wrote before the module existed, and a send's answer reads into the same 
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -12,12 +13,20 @@ from client_fakes import FakeBroker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from txmq.client import LocalTransactionState, Message, MessageQueue, SendStatus, TransactionProducer
-from txmq.client.wire import end_transaction_ext, lenient_int, request_command, send_result, send_v2_ext
-from txmq.errors import MQBrokerError
+from txmq.client import LocalTransactionState, Message, MessageQueue, Producer, SendStatus, TransactionProducer, wire
+from txmq.client.wire import (
+    SendTemplate,
+    end_transaction_ext,
+    lenient_int,
+    request_command,
+    send_result,
+    send_v2_ext,
+)
+from txmq.errors import MQBrokerError, MQClientError
 from txmq.protocol.codes import RequestCode
 from txmq.protocol.frame import RemotingCommand, encode_frame
 from txmq.protocol.headers import EndTransactionRequestHeader, SendMessageRequestHeader
+from txmq.protocol.record import Prop, SysFlag, encode_properties
 from txmq.protocol.topics import AUTO_CREATE_TOPIC_KEY
 
 MakeBroker = Callable[..., Awaitable[FakeBroker]]
@@ -198,3 +207,64 @@ async def test_a_transaction_writes_its_half_and_end_as_the_typed_headers_say(
         .to_ext()
         .items()
     )
+
+
+def test_the_module_constants_are_the_protocols() -> None:
+    assert (wire._SEND_MESSAGE_V2, wire._SEND_REPLY_MESSAGE_V2) == (
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.SEND_REPLY_MESSAGE_V2,
+    )
+    assert (wire._COMPRESSED, wire._TRANSACTION_PREPARED) == (SysFlag.COMPRESSED, SysFlag.TRANSACTION_PREPARED)
+    assert (Prop.TRAN_MSG, Prop.MSG_TYPE) == ("TRAN_MSG", "MSG_TYPE")
+
+
+PROPS = st.dictionaries(
+    st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "TRAN_MSG", "MSG_TYPE", "a", "b"]),
+    st.sampled_from(["true", "false", "reply", "x", "", "k1 k2"]) | st.text(max_size=10),
+    max_size=6,
+)
+
+
+@given(
+    st.tuples(st.text("abcXYZ_-", min_size=1, max_size=8), st.text("abcXYZ_-", min_size=1, max_size=8)),
+    st.integers(0, 64),
+    st.integers(-1, 300),
+    st.binary(min_size=1, max_size=300) | st.just(b"a" * 400),
+    PROPS,
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(0, 2**45),
+    st.sampled_from([0, 10, 100, 4096]),
+    st.booleans(),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_topics_template_gives_what_send_v2_ext_gives(
+    names: tuple[str, str],
+    qnums: int,
+    qid: int,
+    body: bytes,
+    props: dict[str, str],
+    flag: int,
+    born: int,
+    compress_over: int,
+    oneway: bool,
+) -> None:
+    group, topic = names
+    cmd = SendTemplate(group, topic, qnums).command(qid, body, props, flag, born, compress_over, 5, oneway)
+    compressed = len(body) > compress_over and len(zlib.compress(body, 5)) < len(body)
+    sys_flag = (1 if compressed else 0) | (4 if props.get("TRAN_MSG") == "true" else 0)
+    ext = send_v2_ext(group, topic, qnums, qid, sys_flag, born, flag, encode_properties(props), 0, None, False)
+    assert list(cmd.ext_fields.items()) == list(ext.items())
+    assert cmd.body == (zlib.compress(body, 5) if compressed else body)
+    assert cmd.code == (325 if props.get("MSG_TYPE") == "reply" else 310)
+    assert (cmd.flag, cmd.language, cmd.serialize_type) == (2 if oneway else 0, "PYTHON", 0)
+
+
+async def test_a_flag_that_is_not_a_number_is_refused_before_sending(namesrv: str, make_broker: MakeBroker) -> None:
+    broker = await make_broker("broker-a", {"T": (4, 4, 6)})
+    async with Producer("PG", namesrv) as producer:
+        with pytest.raises(MQClientError, match="flag must be an int"):
+            await producer.send(Message("T", b"x", flag="3"))  # type: ignore[arg-type]
+        result = await producer.send(Message("T", b"x", flag=True))  # a bool is the number 1, as Java's int
+    assert result.status is SendStatus.SEND_OK
+    (cmd,) = broker.of_code(RequestCode.SEND_MESSAGE_V2)
+    assert cmd.ext_fields["h"] == "1"

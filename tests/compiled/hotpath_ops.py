@@ -289,6 +289,16 @@ def op_send_request(send: tuple[Any, ...], body: bytes, oneway: bool, opaque: in
     return list(ext.items()), _command(cmd), encode_frame(cmd)
 
 
+def op_send_template(
+    head: tuple[str, str, int], message: tuple[Any, ...], compress: tuple[int, int], oneway: bool
+) -> tuple[Any, ...]:
+    """A topic's SendTemplate (group, topic, template queue count) and the command and frame it makes of
+    ``message`` (queue id, body, properties, flag, born timestamp)."""
+    cmd = wire.SendTemplate(*head).command(*message, *compress, oneway)
+    cmd.opaque = 9
+    return _command(cmd), encode_frame(cmd)
+
+
 def op_end_request(end: tuple[Any, ...], oneway: bool, opaque: int) -> tuple[Any, ...]:
     """END_TRANSACTION's extFields from ``end`` (end_transaction_ext's arguments), its command and frame."""
     ext = wire.end_transaction_ext(*end)

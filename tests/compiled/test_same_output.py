@@ -417,3 +417,16 @@ def test_any_send_answer_reads_alike(interpreted: Any, frame: bytes, mq: Any, un
 @SETTINGS
 def test_any_answer_number_reads_alike(interpreted: Any, raw: str | None, default: int) -> None:
     same(interpreted, "lenient_int", raw, default)
+
+
+@given(
+    st.tuples(TEXT, TEXT, INT32),
+    st.tuples(INT32, st.binary(max_size=300), st.dictionaries(TEXT, TEXT, max_size=5), INT32, WIDE),
+    st.tuples(st.sampled_from([0, 50, 4096]) | INT32, st.integers(-1, 9)),
+    st.booleans(),
+)
+@SETTINGS
+def test_any_plain_send_from_a_template_is_the_same_frame(
+    interpreted: Any, head: Any, message: Any, compress: Any, oneway: bool
+) -> None:
+    same(interpreted, "send_template", head, message, compress, oneway)

@@ -22,7 +22,7 @@ from txmq.client.message import (
 )
 from txmq.client.request_reply import ReplyWaiters, is_reply, mark_request
 from txmq.client.selection import RETRYABLE_SEND_CODES, QueueRoundRobin, QueueSelector, select_by_hash
-from txmq.client.wire import request_command, send_result, send_v2_ext
+from txmq.client.wire import SendTemplate, request_command, send_result, send_v2_ext
 from txmq.errors import MQBrokerError, MQClientError, RemotingError, RequestTimeoutError
 from txmq.protocol.codes import RequestCode
 from txmq.protocol.frame import RemotingCommand
@@ -40,6 +40,7 @@ _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_LENGTH = 127
 # Topics the broker refuses to take sends for (wire §2.3 step 2), plus the auto-create template.
 _NOT_ALLOWED_SEND_TOPICS = NOT_ALLOWED_SEND_TOPICS | {DEFAULT_TOPIC}
+_TEMPLATES_MAX = 1024  # per producer: the topics whose send extFields are kept made
 
 SendCallback = Callable[[SendResult | None, BaseException | None], Any]
 """``callback(result, None)`` after a successful async send, ``callback(None, exc)`` after a failed one."""
@@ -76,6 +77,8 @@ def check_message(msg: Message, max_size: int) -> None:
     check_topic(msg.topic)
     if msg.topic in _NOT_ALLOWED_SEND_TOPICS:
         raise MQClientError(f"Sending message to topic[{msg.topic}] is forbidden.")
+    if not isinstance(msg.flag, int):
+        raise MQClientError(f"the message flag must be an int, not {type(msg.flag).__name__}")
     if not msg.body:
         raise MQClientError("the message body length is zero")
     if len(msg.body) > max_size:
@@ -117,6 +120,7 @@ class Producer(ClientLifecycle):
         self.default_topic_queue_nums = default_topic_queue_nums
         self.auto_create_topic = auto_create_topic
         self._round_robins: dict[str, QueueRoundRobin] = {}
+        self._templates: dict[str, SendTemplate] = {}
         self._topics: set[str] = set()
         self._uniq: UniqKeyGenerator | None = None
         self._pending: set[asyncio.Task[Any]] = set()
@@ -314,7 +318,7 @@ class Producer(ClientLifecycle):
         avoid: list[str] = []
         last_error: BaseException | None = None
         for attempt in range(attempts):
-            remaining = deadline - clock.monotonic()
+            remaining = deadline - clock.monotonic() if attempt else timeout
             if remaining <= 0 and not oneway:
                 break
             route = instance.route(topic)
@@ -395,6 +399,25 @@ class Producer(ClientLifecycle):
     ) -> RemotingCommand:
         """SEND_MESSAGE_V2 (SEND_BATCH_MESSAGE for a batch, SEND_REPLY_MESSAGE_V2 for a reply) of ``msg`` to
         ``mq``."""
+        if batch_body is None and not reconsume_times and max_reconsume_times is None:
+            # A plain send: the topic's template has the extFields that never change.
+            template = self._templates.get(msg.topic)
+            if template is None:
+                if len(self._templates) >= _TEMPLATES_MAX:
+                    self._templates.clear()
+                template = self._templates[msg.topic] = SendTemplate(
+                    self.group, msg.topic, self.default_topic_queue_nums
+                )
+            return template.command(
+                mq.queue_id,
+                msg.body,
+                msg.properties,
+                int(msg.flag),
+                self.instance.clock.now_ms(),
+                self.compress_msg_body_over_howmuch,
+                self.compress_level,
+                oneway,
+            )
         sys_flag = 0
         if batch_body is not None:
             body = batch_body
@@ -420,7 +443,7 @@ class Producer(ClientLifecycle):
             mq.queue_id,
             sys_flag,
             self.instance.clock.now_ms(),
-            msg.flag,
+            int(msg.flag),
             properties,
             reconsume_times or 0,
             max_reconsume_times,
