@@ -113,7 +113,12 @@ def instructions(mode: str, count: int, namesrv: str, loop: str) -> float:
     for n in (small, count):
         with tempfile.TemporaryDirectory(prefix="txmq-bench-client-cg-") as tmp:
             out = subprocess.run(
-                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out", *_child_cmd(mode, n, namesrv, loop)],
+                [
+                    "valgrind",
+                    "--tool=callgrind",
+                    f"--callgrind-out-file={tmp}/cg.out",
+                    *_child_cmd(mode, n, namesrv, loop),
+                ],
                 capture_output=True,
                 text=True,
             )
@@ -141,8 +146,12 @@ async def _create_topics(namesrv: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modes", default="x1,x128,tx16")
-    parser.add_argument("--count", type=int, default=None, help="operations measured per run (default 20000, 3000 "
-                        "with --instructions; x1 and tx modes use a fifth of it)")
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=None,
+        help="operations measured per run (default 20000, 3000 with --instructions; x1 and tx modes use a fifth of it)",
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--instructions", action="store_true", help="count the client's instructions under callgrind")
     parser.add_argument("--namesrv", help="a running txmq's name server (default: start `txmq dev` here)")
