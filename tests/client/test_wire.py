@@ -268,3 +268,13 @@ async def test_a_flag_that_is_not_a_number_is_refused_before_sending(namesrv: st
     assert result.status is SendStatus.SEND_OK
     (cmd,) = broker.of_code(RequestCode.SEND_MESSAGE_V2)
     assert cmd.ext_fields["h"] == "1"
+
+
+async def test_changing_the_producers_settings_changes_what_it_sends(namesrv: str, make_broker: MakeBroker) -> None:
+    broker = await make_broker("broker-a", {"T": (4, 4, 6)})
+    async with Producer("PG", namesrv) as producer:
+        await producer.send(Message("T", b"x"))
+        producer.default_topic_queue_nums = 8
+        await producer.send(Message("T", b"x"))
+    first, second = broker.of_code(RequestCode.SEND_MESSAGE_V2)
+    assert (first.ext_fields["d"], second.ext_fields["d"]) == ("4", "8")

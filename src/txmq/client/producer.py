@@ -121,6 +121,7 @@ class Producer(ClientLifecycle):
         self.auto_create_topic = auto_create_topic
         self._round_robins: dict[str, QueueRoundRobin] = {}
         self._templates: dict[str, SendTemplate] = {}
+        self._templates_made_for = (group, default_topic_queue_nums)
         self._topics: set[str] = set()
         self._uniq: UniqKeyGenerator | None = None
         self._pending: set[asyncio.Task[Any]] = set()
@@ -401,6 +402,10 @@ class Producer(ClientLifecycle):
         ``mq``."""
         if batch_body is None and not reconsume_times and max_reconsume_times is None:
             # A plain send: the topic's template has the extFields that never change.
+            made_for = (self.group, self.default_topic_queue_nums)
+            if made_for != self._templates_made_for:  # both are public attributes: a change makes new templates
+                self._templates.clear()
+                self._templates_made_for = made_for
             template = self._templates.get(msg.topic)
             if template is None:
                 if len(self._templates) >= _TEMPLATES_MAX:
