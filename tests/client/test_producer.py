@@ -11,7 +11,7 @@ import pytest
 from client_fakes import FakeBroker
 
 from txmq.client import Message, MessageQueue, Producer, SendStatus
-from txmq.client.api import send_v2_ext
+from txmq.client.wire import send_v2_ext
 from txmq.errors import MQBrokerError, MQClientError, NoRouteError, RequestTimeoutError
 from txmq.protocol.codes import RequestCode, ResponseCode
 from txmq.protocol.frame import RemotingCommand

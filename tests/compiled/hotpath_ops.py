@@ -21,6 +21,7 @@ if __name__ == "__main__":
     os.environ.setdefault("TXMQ_PURE_PYTHON", "1")
 
 from txmq import _hotpath
+from txmq.client import wire
 from txmq.protocol import headers
 from txmq.protocol.frame import FrameDecoder, RemotingCommand, decode_frame, encode_frame, encode_frame_parts
 from txmq.protocol.record import (
@@ -275,6 +276,48 @@ def op_header(name: str, ext: dict[str, str], code: int) -> tuple[Any, ...]:
     written = parsed.to_v2_ext() if isinstance(parsed, headers.SendMessageRequestHeader) else parsed.to_ext()
     frame = encode_frame(RemotingCommand(code=code, opaque=1, ext_fields=written))
     return _header(parsed), generic, written, frame
+
+
+# -- the client's per-message requests and answers (txmq.client.wire) ----------------------------------------------
+
+
+def op_send_request(send: tuple[Any, ...], body: bytes, oneway: bool, opaque: int) -> tuple[Any, ...]:
+    """SEND_MESSAGE_V2's extFields from ``send`` (send_v2_ext's arguments), its command and frame."""
+    ext = wire.send_v2_ext(*send)
+    cmd = wire.request_command(310, ext, body, oneway)
+    cmd.opaque = opaque
+    return list(ext.items()), _command(cmd), encode_frame(cmd)
+
+
+def op_send_template(
+    head: tuple[str, str, int], message: tuple[Any, ...], compress: tuple[int, int], oneway: bool
+) -> tuple[Any, ...]:
+    """A topic's SendTemplate (group, topic, template queue count) and the command and frame it makes of
+    ``message`` (queue id, body, properties, flag, born timestamp)."""
+    cmd = wire.SendTemplate(*head).command(*message, *compress, oneway)
+    cmd.opaque = 9
+    return _command(cmd), encode_frame(cmd)
+
+
+def op_end_request(end: tuple[Any, ...], oneway: bool, opaque: int) -> tuple[Any, ...]:
+    """END_TRANSACTION's extFields from ``end`` (end_transaction_ext's arguments), its command and frame."""
+    ext = wire.end_transaction_ext(*end)
+    cmd = wire.request_command(37, ext, b"", oneway)
+    cmd.opaque = opaque
+    return list(ext.items()), _command(cmd), encode_frame(cmd)
+
+
+def op_send_result(frame: bytes, mq: tuple[str, str, int], uniq_key: str, addr: str) -> tuple[Any, ...]:
+    """A send's answer (a frame, decoded as the client's connection does) read into a SendResult, as plain values."""
+    from txmq.client.message import MessageQueue
+
+    r = wire.send_result(decode_frame(frame), MessageQueue(*mq), uniq_key, addr)
+    fields = (r.msg_id, r.offset_msg_id, tuple(r.message_queue), r.queue_offset, r.transaction_id, r.region_id)
+    return (r.status.value, *fields, r.trace_on)
+
+
+def op_lenient_int(raw: str | None, default: int) -> int:
+    return wire.lenient_int(raw, default)
 
 
 OPS: dict[str, Callable[..., Any]] = {

@@ -353,3 +353,80 @@ def header_exts(draw: st.DrawFn) -> tuple[str, dict[str, str], int]:
 @SETTINGS
 def test_any_request_header_parses_and_writes_alike(interpreted: Any, header: tuple[str, dict[str, str], int]) -> None:
     same(interpreted, "header", *header)
+
+
+# -- the client's per-message requests and answers (txmq.client.wire) ------------------------------------------------
+
+SEND_ARGS = st.tuples(
+    TEXT,
+    TEXT,
+    INT32,
+    INT32,
+    INT32,
+    WIDE,
+    INT32,
+    st.none() | TEXT,
+    INT32,
+    st.none() | INT32,
+    st.booleans(),
+)
+END_ARGS = st.tuples(
+    TEXT, WIDE, WIDE, st.sampled_from([0, 8, 12]) | INT32, st.booleans(), TEXT, st.none() | TEXT, st.none() | WIDE
+)
+
+
+@given(SEND_ARGS, st.binary(max_size=100), st.booleans(), INT32)
+@SETTINGS
+def test_any_send_request_is_the_same_frame(
+    interpreted: Any, send: Any, body: bytes, oneway: bool, opaque: int
+) -> None:
+    same(interpreted, "send_request", send, body, oneway, opaque)
+
+
+@given(END_ARGS, st.booleans(), INT32)
+@SETTINGS
+def test_any_end_transaction_request_is_the_same_frame(interpreted: Any, end: Any, oneway: bool, opaque: int) -> None:
+    same(interpreted, "end_request", end, oneway, opaque)
+
+
+ANSWER_VALUE = TEXT | INT64.map(str) | st.sampled_from(["", " 7 ", "+3", "1_0", "0x10", "true", "FALSE", "1e3"])
+
+
+@st.composite
+def send_answers(draw: st.DrawFn) -> bytes:
+    keys = st.sampled_from(["msgId", "queueId", "queueOffset", "transactionId", "MSG_REGION", "TRACE_ON"]) | TEXT
+    fields = {
+        "code": draw(st.sampled_from([0, 10, 11, 12, 1, 14, 17, 204]) | INT16),
+        "opaque": draw(INT32),
+        "flag": 1,
+        "remark": draw(st.none() | TEXT),
+        "ext_fields": draw(st.dictionaries(keys, ANSWER_VALUE, max_size=7)),
+        "language": "JAVA",
+        "serialize_type": draw(st.sampled_from([0, 1])),
+    }
+    return encode_frame(RemotingCommand(**fields))
+
+
+@given(send_answers(), st.tuples(NAME, NAME, INT32), TEXT, TEXT)
+@SETTINGS
+def test_any_send_answer_reads_alike(interpreted: Any, frame: bytes, mq: Any, uniq_key: str, addr: str) -> None:
+    same(interpreted, "send_result", frame, mq, uniq_key, addr)
+
+
+@given(st.none() | ANSWER_VALUE, INT64)
+@SETTINGS
+def test_any_answer_number_reads_alike(interpreted: Any, raw: str | None, default: int) -> None:
+    same(interpreted, "lenient_int", raw, default)
+
+
+@given(
+    st.tuples(TEXT, TEXT, INT32),
+    st.tuples(INT32, st.binary(max_size=300), st.dictionaries(TEXT, TEXT, max_size=5), INT32, WIDE),
+    st.tuples(st.sampled_from([0, 50, 4096]) | INT32, st.integers(-1, 9)),
+    st.booleans(),
+)
+@SETTINGS
+def test_any_plain_send_from_a_template_is_the_same_frame(
+    interpreted: Any, head: Any, message: Any, compress: Any, oneway: bool
+) -> None:
+    same(interpreted, "send_template", head, message, compress, oneway)

@@ -2,7 +2,8 @@
 
 Each method builds one remoting command, sends it through the owning :class:`~txmq.client.instance.ClientInstance`
 (which signs it and picks the connection) and turns the answer into Python values or an
-:class:`~txmq.errors.MQBrokerError` carrying the broker's code and remark.
+:class:`~txmq.errors.MQBrokerError` carrying the broker's code and remark. Sends and END_TRANSACTION, once per
+message, are built and read by :mod:`txmq.client.wire` (compiled) and sent by the producer itself.
 """
 
 from __future__ import annotations
@@ -15,16 +16,14 @@ import orjson
 
 from txmq.client import fastjson
 from txmq.client.message import (
-    DEFAULT_TOPIC,
     PULL_STATUS_BY_CODE,
-    SEND_STATUS_BY_CODE,
     MessageExt,
     MessageQueue,
     PullResult,
     PullStatus,
-    SendResult,
 )
 from txmq.client.route import TopicRoute
+from txmq.client.wire import send_v2_ext  # noqa: F401  (its home before wire.py; bench_tx_cpu imports it here)
 from txmq.errors import MQBrokerError, MQClientError, NoRouteError, RecordDecodeError
 from txmq.protocol.codes import RequestCode, ResponseCode, TxmqRequestCode
 from txmq.protocol.frame import RemotingCommand
@@ -75,42 +74,6 @@ def decode_messages(body: bytes, broker_name: str | None = None) -> list[Message
     return [MessageExt.from_record(r, broker_name) for r in records]
 
 
-def send_v2_ext(
-    group: str,
-    topic: str,
-    default_topic_queue_nums: int,
-    queue_id: int,
-    sys_flag: int,
-    born_timestamp: int,
-    flag: int,
-    properties: str | None,
-    reconsume_times: int,
-    max_reconsume_times: int | None,
-    batch: bool,
-) -> dict[str, str]:
-    """SendMessageRequestHeaderV2's extFields (one-letter names), built directly: this runs once per message, and
-    going through the typed header costs more than the rest of the send. Equal to
-    ``SendMessageRequestHeader(...).to_v2_ext()`` for the same values (a unit test keeps them in step)."""
-    ext = {
-        "a": group,
-        "b": topic,
-        "c": DEFAULT_TOPIC,
-        "d": str(default_topic_queue_nums),
-        "e": str(queue_id),
-        "f": str(sys_flag),
-        "g": str(born_timestamp),
-        "h": str(flag),
-        "j": str(reconsume_times),
-        "k": "false",
-        "m": "true" if batch else "false",
-    }
-    if properties is not None:
-        ext["i"] = properties
-    if max_reconsume_times is not None:
-        ext["l"] = str(max_reconsume_times)
-    return ext
-
-
 def tags_match(tags: frozenset[str], message: MessageExt) -> bool:
     """Client-side tag re-filter: the broker filters by hash code, which can collide."""
     return not tags or (message.tags is not None and message.tags in tags)
@@ -157,47 +120,6 @@ class MQClientAPI:
             _raise_for(resp, "name server")
         data = fastjson.loads(resp.body) if resp.body else {}
         return sorted(str(t) for t in (data.get("topicList") or []))
-
-    # -- producer -----------------------------------------------------------------------------------------------
-
-    async def send_message(
-        self,
-        addr: str,
-        mq: MessageQueue,
-        ext: dict[str, str],
-        body: bytes,
-        timeout: float,
-        *,
-        uniq_key: str,
-        batch: bool = False,
-        oneway: bool = False,
-        reply: bool = False,
-    ) -> SendResult | None:
-        """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE, or SEND_REPLY_MESSAGE_V2 for a reply) with ``ext`` from
-        :func:`send_v2_ext`."""
-        if batch:
-            code = RequestCode.SEND_BATCH_MESSAGE
-        else:
-            code = RequestCode.SEND_REPLY_MESSAGE_V2 if reply else RequestCode.SEND_MESSAGE_V2
-        cmd = RemotingCommand.request(code, ext, body)
-        if oneway:
-            await self._instance.invoke_oneway(addr, cmd)
-            return None
-        resp = await self._call(addr, cmd, timeout)
-        status = SEND_STATUS_BY_CODE.get(resp.code)
-        if status is None:
-            _raise_for(resp, addr)
-        rext = resp.ext_fields
-        return SendResult(
-            status=status,  # type: ignore[arg-type]
-            msg_id=uniq_key,
-            offset_msg_id=rext.get("msgId", ""),
-            message_queue=MessageQueue(mq.topic, mq.broker_name, _int(resp.ext_fields, "queueId", mq.queue_id)),
-            queue_offset=_int(rext, "queueOffset"),
-            transaction_id=rext.get("transactionId"),
-            region_id=rext.get(Prop.MSG_REGION),
-            trace_on=rext.get(Prop.TRACE_ON, "true").lower() != "false",
-        )
 
     # -- heartbeat ----------------------------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from txmq.client.api import send_v2_ext
 from txmq.client.instance import ClientInstance
 from txmq.client.lifecycle import ClientLifecycle
 from txmq.client.message import (
@@ -23,18 +22,25 @@ from txmq.client.message import (
 )
 from txmq.client.request_reply import ReplyWaiters, is_reply, mark_request
 from txmq.client.selection import RETRYABLE_SEND_CODES, QueueRoundRobin, QueueSelector, select_by_hash
+from txmq.client.wire import SendTemplate, request_command, send_result, send_v2_ext
 from txmq.errors import MQBrokerError, MQClientError, RemotingError, RequestTimeoutError
+from txmq.protocol.codes import RequestCode
+from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.record import BatchEntry, Prop, SysFlag, UniqKeyGenerator, encode_batch, encode_properties
 from txmq.protocol.topics import NOT_ALLOWED_SEND_TOPICS
 
 _COMPRESSED = int(SysFlag.COMPRESSED)  # plain ints: an int | IntFlag goes through enum's slow __ror__
 _TRANSACTION_PREPARED = int(SysFlag.TRANSACTION_PREPARED)
+_SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
+_SEND_REPLY_MESSAGE_V2 = int(RequestCode.SEND_REPLY_MESSAGE_V2)
+_SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
 log = logging.getLogger("txmq.client")
 
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_LENGTH = 127
 # Topics the broker refuses to take sends for (wire §2.3 step 2), plus the auto-create template.
 _NOT_ALLOWED_SEND_TOPICS = NOT_ALLOWED_SEND_TOPICS | {DEFAULT_TOPIC}
+_TEMPLATES_MAX = 1024  # per producer: the topics whose send extFields are kept made
 
 SendCallback = Callable[[SendResult | None, BaseException | None], Any]
 """``callback(result, None)`` after a successful async send, ``callback(None, exc)`` after a failed one."""
@@ -45,7 +51,13 @@ def check_group(group: str) -> None:
         raise MQClientError(f"group name {group!r} is empty, too long or has characters outside [%|a-zA-Z0-9_-]")
 
 
+_VALID_TOPICS: set[str] = set()  # names check_topic passed: the same few topics come with every message
+_VALID_TOPICS_MAX = 4096
+
+
 def check_topic(topic: str) -> None:
+    if topic in _VALID_TOPICS:
+        return
     if not topic or not topic.strip():
         raise MQClientError("The specified topic is blank")
     if len(topic) > MAX_TOPIC_LENGTH:
@@ -54,6 +66,9 @@ def check_topic(topic: str) -> None:
         raise MQClientError(
             f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
         )
+    if len(_VALID_TOPICS) >= _VALID_TOPICS_MAX:
+        _VALID_TOPICS.clear()
+    _VALID_TOPICS.add(topic)
 
 
 def check_message(msg: Message, max_size: int) -> None:
@@ -62,6 +77,8 @@ def check_message(msg: Message, max_size: int) -> None:
     check_topic(msg.topic)
     if msg.topic in _NOT_ALLOWED_SEND_TOPICS:
         raise MQClientError(f"Sending message to topic[{msg.topic}] is forbidden.")
+    if not isinstance(msg.flag, int):
+        raise MQClientError(f"the message flag must be an int, not {type(msg.flag).__name__}")
     if not msg.body:
         raise MQClientError("the message body length is zero")
     if len(msg.body) > max_size:
@@ -103,6 +120,8 @@ class Producer(ClientLifecycle):
         self.default_topic_queue_nums = default_topic_queue_nums
         self.auto_create_topic = auto_create_topic
         self._round_robins: dict[str, QueueRoundRobin] = {}
+        self._templates: dict[str, SendTemplate] = {}
+        self._templates_made_for = (group, default_topic_queue_nums)
         self._topics: set[str] = set()
         self._uniq: UniqKeyGenerator | None = None
         self._pending: set[asyncio.Task[Any]] = set()
@@ -286,48 +305,53 @@ class Producer(ClientLifecycle):
         reconsume_times: int | None = None,
         max_reconsume_times: int | None = None,
     ) -> SendResult | None:
+        # Every send runs through here, so the common case stays in this one coroutine: the route, the broker's
+        # address and its connection are read from the instance's caches, and only what is missing is awaited.
         instance = self.instance
         clock = instance.clock
         timeout = self.send_msg_timeout if timeout is None else timeout
         deadline = clock.monotonic() + timeout
-        self._topics.add(msg.topic)
+        topic = msg.topic
+        self._topics.add(topic)
         uniq_key = batch_ids if batch_ids is not None else self._ensure_uniq_key(msg)
         fixed = queue is not None or selector is not None
         attempts = 1 if (oneway or fixed) else 1 + self.retry_times_when_send_failed
         avoid: list[str] = []
         last_error: BaseException | None = None
         for attempt in range(attempts):
-            remaining = deadline - clock.monotonic()
+            remaining = deadline - clock.monotonic() if attempt else timeout
             if remaining <= 0 and not oneway:
                 break
-            route = await instance.get_publish_route(msg.topic, self.default_topic_queue_nums, self.auto_create_topic)
+            route = instance.route(topic)
+            if route is None:
+                route = await instance.get_publish_route(topic, self.default_topic_queue_nums, self.auto_create_topic)
             queues = route.publish_queues()
             if not queues:
                 # No master in the cached route (one failed over): ask the name server again, as RocketMQ's
                 # tryToFindTopicPublishInfo does when the publish info is not ok, instead of waiting for the poll.
                 with contextlib.suppress(RemotingError, MQClientError):
-                    route = await instance.update_route(msg.topic)
+                    route = await instance.update_route(topic)
                     queues = route.publish_queues()
             if not queues:
-                raise MQClientError(f"topic {msg.topic} has no writable queue on any broker")
+                raise MQClientError(f"topic {topic} has no writable queue on any broker")
             mq = self._choose_queue(msg, queues, selector, arg, queue, avoid)
-            addr = await instance.find_broker_addr_refreshing(mq.broker_name, msg.topic)
+            addr = instance.find_broker_addr(mq.broker_name)
             if addr is None:
-                last_error = MQClientError(f"the broker {mq.broker_name} of topic {msg.topic} has no known master")
+                addr = await instance.find_broker_addr_refreshing(mq.broker_name, topic)
+            if addr is None:
+                last_error = MQClientError(f"the broker {mq.broker_name} of topic {topic} has no known master")
                 avoid.append(mq.broker_name)
                 continue
+            cmd = self._send_command(mq, msg, batch_body, reconsume_times, max_reconsume_times, oneway)
             try:
-                return await self._send_kernel(
-                    addr,
-                    mq,
-                    msg,
-                    max(remaining, 0.001),
-                    uniq_key,
-                    oneway=oneway,
-                    batch_body=batch_body,
-                    reconsume_times=reconsume_times,
-                    max_reconsume_times=max_reconsume_times,
-                )
+                conn = instance.open_connection(addr)
+                if conn is None:
+                    conn = await instance.connection(addr)
+                if oneway:
+                    conn.send_oneway(instance.sign(cmd))
+                    return None
+                response = await conn.request(instance.sign(cmd), max(remaining, 0.001))
+                return send_result(response, mq, uniq_key, addr)
             except MQBrokerError as exc:
                 if exc.code not in RETRYABLE_SEND_CODES:
                     raise
@@ -335,11 +359,11 @@ class Producer(ClientLifecycle):
             except RemotingError as exc:
                 last_error = exc
             avoid.append(mq.broker_name)
-            instance.refresh_route_soon(msg.topic)  # the failure may mean the route changed
+            instance.refresh_route_soon(topic)  # the failure may mean the route changed
             if attempt + 1 < attempts:
                 log.info("send of %s to %s failed (%s); retrying on another broker", uniq_key, mq, last_error)
         if last_error is None:
-            raise RequestTimeoutError(f"sending to {msg.topic} timed out after {timeout:g}s")
+            raise RequestTimeoutError(f"sending to {topic} timed out after {timeout:g}s")
         raise last_error
 
     def _choose_queue(
@@ -360,26 +384,50 @@ class Producer(ClientLifecycle):
             if not isinstance(chosen, MessageQueue):
                 raise MQClientError(f"the queue selector returned {chosen!r}, not a MessageQueue")
             return chosen
-        rr = self._round_robins.setdefault(msg.topic, QueueRoundRobin())
+        rr = self._round_robins.get(msg.topic)
+        if rr is None:
+            rr = self._round_robins[msg.topic] = QueueRoundRobin()
         return rr.select(queues, avoid)
 
-    async def _send_kernel(
+    def _send_command(
         self,
-        addr: str,
         mq: MessageQueue,
         msg: Message,
-        timeout: float,
-        uniq_key: str,
-        *,
-        oneway: bool,
         batch_body: bytes | None,
         reconsume_times: int | None,
         max_reconsume_times: int | None,
-    ) -> SendResult | None:
+        oneway: bool,
+    ) -> RemotingCommand:
+        """SEND_MESSAGE_V2 (SEND_BATCH_MESSAGE for a batch, SEND_REPLY_MESSAGE_V2 for a reply) of ``msg`` to
+        ``mq``."""
+        if batch_body is None and not reconsume_times and max_reconsume_times is None:
+            # A plain send: the topic's template has the extFields that never change.
+            made_for = (self.group, self.default_topic_queue_nums)
+            if made_for != self._templates_made_for:  # both are public attributes: a change makes new templates
+                self._templates.clear()
+                self._templates_made_for = made_for
+            template = self._templates.get(msg.topic)
+            if template is None:
+                if len(self._templates) >= _TEMPLATES_MAX:
+                    self._templates.clear()
+                template = self._templates[msg.topic] = SendTemplate(
+                    self.group, msg.topic, self.default_topic_queue_nums
+                )
+            return template.command(
+                mq.queue_id,
+                msg.body,
+                msg.properties,
+                int(msg.flag),
+                self.instance.clock.now_ms(),
+                self.compress_msg_body_over_howmuch,
+                self.compress_level,
+                oneway,
+            )
         sys_flag = 0
         if batch_body is not None:
             body = batch_body
             properties: str | None = None  # each entry carries its own; batch-level ones would be appended to all
+            code = _SEND_BATCH_MESSAGE
         else:
             body = msg.body
             if len(body) > self.compress_msg_body_over_howmuch:
@@ -387,10 +435,12 @@ class Producer(ClientLifecycle):
                 if len(packed) < len(body):
                     body = packed
                     sys_flag |= _COMPRESSED
-            properties = encode_properties(msg.properties)
-            if msg.properties.get(Prop.TRAN_MSG) == "true":
+            props = msg.properties
+            properties = encode_properties(props)
+            if props.get(Prop.TRAN_MSG) == "true":
                 # A half message: brokers route it to the transaction half topic (Java sets this bit the same way).
                 sys_flag |= _TRANSACTION_PREPARED
+            code = _SEND_REPLY_MESSAGE_V2 if is_reply(msg) else _SEND_MESSAGE_V2
         ext = send_v2_ext(
             self.group,
             msg.topic,
@@ -398,23 +448,13 @@ class Producer(ClientLifecycle):
             mq.queue_id,
             sys_flag,
             self.instance.clock.now_ms(),
-            msg.flag,
+            int(msg.flag),
             properties,
             reconsume_times or 0,
             max_reconsume_times,
             batch_body is not None,
         )
-        return await self.instance.api.send_message(
-            addr,
-            mq,
-            ext,
-            body,
-            timeout,
-            uniq_key=uniq_key,
-            batch=batch_body is not None,
-            oneway=oneway,
-            reply=batch_body is None and is_reply(msg),
-        )
+        return request_command(code, ext, body, oneway)
 
     async def _send_retry_copy(
         self, msg: Message, reconsume_times: int, max_reconsume_times: int, timeout: float | None = None
