@@ -4,6 +4,11 @@ write+fdatasync rate and sequential speed measured in the same run.
     .venv/bin/python bench/bench_store.py                    # everything, 1 GiB recovery
     .venv/bin/python bench/bench_store.py --recovery-mib 256 --rounds 3
     .venv/bin/python bench/bench_store.py --skip-recovery
+    .venv/bin/python bench/bench_store.py --broker --inflight 1,128 --rounds 3 --window 5   # `txmq dev` + client
+
+``--broker`` measures the commit cycle through a real broker: ``txmq dev`` (SYNC_FLUSH) in a child process and txmq's
+asyncio client at each in-flight count, with the broker's fdatasync count and time and its stored bytes read from
+``/metrics`` around each window: fsyncs per second, bytes per fsync and the mean fdatasync, next to the raw disk.
 
 The disk of a cloud VM is noisy, so every store figure is taken in short windows interleaved with windows of the raw
 disk baseline, and medians are reported with the ratio of each store window to its neighbouring raw window.
@@ -230,6 +235,78 @@ async def throughput(args: argparse.Namespace, workdir: Path, raw: RawDisk) -> l
     return lines
 
 
+# -- through a broker -------------------------------------------------------------------------------------------
+
+
+def _scrape(url: str) -> dict[str, float]:
+    """The broker's commit-cycle counters from /metrics: fdatasyncs, their seconds, stored messages and bytes."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out = {"flushes": 0.0, "flush_s": 0.0, "messages": 0.0, "bytes": 0.0}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name, value = line.rsplit(" ", 1)
+        if name.startswith("txmq_storage_flush_latency_seconds_count"):
+            out["flushes"] += float(value)
+        elif name.startswith("txmq_storage_flush_latency_seconds_sum"):
+            out["flush_s"] += float(value)
+        elif name.startswith("rocketmq_messages_in_total"):
+            out["messages"] += float(value)
+        elif name.startswith("rocketmq_throughput_in_total"):
+            out["bytes"] += float(value)
+    return out
+
+
+def broker_cycle(args: argparse.Namespace, workdir: Path) -> list[str]:
+    """``txmq dev`` + txmq's client at each in-flight count: msg/s, fsyncs/s, bytes per fsync, mean fdatasync."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_e2e import run, send_phase
+
+    from txmq.testing import DevCluster
+
+    lines: list[str] = []
+    root = workdir / "broker"
+    shutil.rmtree(root, ignore_errors=True)
+    raw = RawDisk(workdir)
+    cluster = DevCluster(root, {"flushDiskType": "SYNC_FLUSH", "grpcListenPort": "0"}).start()
+    try:
+        for n in args.inflight:
+            rows: list[tuple[float, float, float, float, float]] = []
+            for k in range(args.rounds):
+                before_raw = raw.fsync_rate(0.5)
+                m0 = _scrape(cluster.metrics_url)
+                r = run(send_phase(cluster.namesrv_addr, f"Cycle{n}_{k}", n, args.window))
+                m1 = _scrape(cluster.metrics_url)
+                raw_rate = (before_raw + raw.fsync_rate(0.5)) / 2
+                flushes = m1["flushes"] - m0["flushes"]
+                seconds = r["msgs"] / r["rate"]
+                rows.append(
+                    (
+                        r["rate"],
+                        flushes / seconds,
+                        (m1["bytes"] - m0["bytes"]) / max(1.0, flushes),
+                        (m1["flush_s"] - m0["flush_s"]) / max(1.0, flushes) * 1000,
+                        raw_rate,
+                    )
+                )
+            med = [statistics.median(col) for col in zip(*rows)]
+            line = (
+                f"broker x{n:<4} {fmt_rate([r[0] for r in rows])} msg/s | {med[1]:7,.0f} fsync/s | "
+                f"{med[2]:9,.0f} B/fsync | fdatasync mean {med[3]:.2f} ms | raw 1 KiB fsync {med[4]:7,.0f}/s | "
+                f"fsync/s / raw {med[1] / med[4]:.2f}"
+            )
+            print(line, flush=True)
+            lines.append(line)
+    finally:
+        cluster.stop()
+        raw.close()
+        shutil.rmtree(root, ignore_errors=True)
+    return lines
+
+
 # -- recovery ----------------------------------------------------------------------------------------------------
 
 
@@ -361,6 +438,8 @@ def main() -> None:
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--warm", dest="cold", action="store_false", help="recover from the page cache")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    parser.add_argument("--broker", action="store_true", help="only the commit cycle through `txmq dev` + client")
+    parser.add_argument("--inflight", type=lambda s: [int(x) for x in s.split(",")], default=[1, 128])
     parser.add_argument("--child-writer", nargs=2, metavar=("ROOT", "BYTES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_writer:
@@ -369,6 +448,11 @@ def main() -> None:
     workdir = Path(args.dir)
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}; event loop: {args.loop}; work dir: {workdir}", flush=True)
+    print(f"load average: {os.getloadavg()[0]:.2f}", flush=True)
+    if args.broker:
+        broker_cycle(args, workdir)
+        print(f"load average: {os.getloadavg()[0]:.2f}", flush=True)
+        return
     out: list[str] = []
     if not args.skip_throughput:
         raw = RawDisk(workdir)
