@@ -118,6 +118,7 @@ class CommitLog:
         self._zero_lock = threading.Lock()
         self._zeroer: threading.Thread | None = None
         self.zero_ahead_chunks = 0  # chunks the zeroer wrote (tests, benchmarks)
+        self.zero_ahead_behind = 0  # writes that reached past the zero-filled part (tests, benchmarks)
 
     # -- opening ----------------------------------------------------------------------------------------------
 
@@ -343,6 +344,8 @@ class CommitLog:
         with self._zero_lock:
             if end > seg.high:
                 seg.high = end
+            if end > seg.zeroed:
+                self.zero_ahead_behind += 1
             if self.preallocate is Preallocate.ZERO and seg.zeroed < seg.size:
                 self._keep_zeroed_ahead(seg, end)
         if n == 1:  # a single record: no slicing
