@@ -5,6 +5,7 @@ write+fdatasync rate and sequential speed measured in the same run.
     .venv/bin/python bench/bench_store.py --recovery-mib 256 --rounds 3
     .venv/bin/python bench/bench_store.py --skip-recovery
     .venv/bin/python bench/bench_store.py --broker --inflight 1,128 --rounds 3 --window 5   # `txmq dev` + client
+    .venv/bin/python bench/bench_store.py --raw --rounds 5 --window 1    # the disk alone, by kind of file
 
 ``--broker`` measures the commit cycle through a real broker: ``txmq dev`` (SYNC_FLUSH) in a child process and txmq's
 asyncio client at each in-flight count, with the broker's fdatasync count and time and its stored bytes read from
@@ -78,6 +79,45 @@ class RawDisk:
     def close(self) -> None:
         os.close(self.fd)
         os.unlink(self.path)
+
+
+def raw_modes(directory: Path, seconds: float, rounds: int) -> list[str]:
+    """pwrite + fdatasync in a loop, 1 KiB and 128 KiB per call (a group of 1 and of ~100 records), into a file whose
+    blocks are fallocate'd (unwritten extents: each fdatasync converts some), zero-filled beforehand (data only), or
+    grown by the writes (size changes: metadata each time). Interleaved, medians of ``rounds`` windows."""
+    path = directory / "raw-modes"
+    size = 256 << 20
+    rates: dict[tuple[str, int], list[float]] = {}
+    for _ in range(rounds):
+        for mode in ("fallocate", "zero-filled", "growing"):
+            for chunk in (1024, 128 << 10):
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    if mode == "fallocate":
+                        os.posix_fallocate(fd, 0, size)
+                    elif mode == "zero-filled":
+                        zeros = bytes(1 << 20)
+                        for pos in range(0, size, len(zeros)):
+                            os.pwrite(fd, zeros, pos)
+                    os.fsync(fd)
+                    data = b"x" * chunk
+                    n = pos = 0
+                    start = time.perf_counter()
+                    while time.perf_counter() - start < seconds and pos + chunk <= size:
+                        os.pwrite(fd, data, pos)
+                        os.fdatasync(fd)
+                        pos += chunk
+                        n += 1
+                    rates.setdefault((mode, chunk), []).append(n / (time.perf_counter() - start))
+                finally:
+                    os.close(fd)
+                    os.unlink(path)
+    lines = []
+    for (mode, chunk), values in rates.items():
+        line = f"raw {chunk >> 10:>3} KiB pwrite+fdatasync, {mode:<11} file: {fmt_rate(values)} /s"
+        print(line, flush=True)
+        lines.append(line)
+    return lines
 
 
 def sequential_write_mib_s(directory: Path, mib: int = 512) -> tuple[float, float]:
@@ -438,6 +478,7 @@ def main() -> None:
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--warm", dest="cold", action="store_false", help="recover from the page cache")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    parser.add_argument("--raw", action="store_true", help="only the disk: fdatasync rates by file kind and size")
     parser.add_argument("--broker", action="store_true", help="only the commit cycle through `txmq dev` + client")
     parser.add_argument("--inflight", type=lambda s: [int(x) for x in s.split(",")], default=[1, 128])
     parser.add_argument("--child-writer", nargs=2, metavar=("ROOT", "BYTES"), help=argparse.SUPPRESS)
@@ -449,6 +490,10 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}; event loop: {args.loop}; work dir: {workdir}", flush=True)
     print(f"load average: {os.getloadavg()[0]:.2f}", flush=True)
+    if args.raw:
+        raw_modes(workdir, args.window, args.rounds)
+        print(f"load average: {os.getloadavg()[0]:.2f}", flush=True)
+        return
     if args.broker:
         broker_cycle(args, workdir)
         print(f"load average: {os.getloadavg()[0]:.2f}", flush=True)
