@@ -151,3 +151,27 @@ def test_close_stops_the_zeroer_and_a_reopened_segment_is_zero_filled_from_its_e
     assert last.high == 100_010 and last.zeroed >= 100_010
     assert os.pread(last.fd, 100_010, 0) == b"a" * 100_000 + b"b" * 10
     reopened.close()
+
+
+def test_a_zeroer_that_fails_gives_up_on_that_segment_and_writes_go_on(
+    tmp_path: Path, small_steps: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls = []
+
+    def full(fd: int, pos: int, count: int) -> None:
+        calls.append(pos)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(commit_log_module, "_pwrite_zeros", full)
+    log = CommitLog(str(tmp_path), 1 << 20, Preallocate.ZERO)
+    log.load()
+    seg = log.segment_for_write(0)
+    for i in range(50):
+        log.write(seg, i * 1000, [bytes([i]) * 1000])
+        assert log.wait_zeroed(10)
+    assert len(calls) == 1 and log.zero_ahead_chunks == 0  # tried once, not once per write
+    assert [r.getMessage() for r in caplog.records if "zero-ahead" in r.getMessage()] == [
+        "commit log: zero-ahead in Segment(00000000000000000000) stopped: [Errno 28] No space left on device"
+    ]
+    assert os.pread(seg.fd, 50_000, 0) == b"".join(bytes([i]) * 1000 for i in range(50))
+    log.close()

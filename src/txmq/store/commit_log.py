@@ -400,8 +400,8 @@ class CommitLog:
                 stop = min(seg.size, (start // ZERO_AHEAD_CHUNK + 1) * ZERO_AHEAD_CHUNK)
                 try:
                     _pwrite_zeros(fd, start, stop - start)
-                except OSError as exc:  # a full disk cannot refuse zeros into fallocate'd blocks; anything else:
-                    seg.zero_target = 0  # give up on this segment, the writer converts as it goes
+                except OSError as exc:  # ENOSPC in a sparse segment (one extended at start-up), or an IO error:
+                    seg.zeroed = seg.size  # give up on this segment for good; the writer converts as it goes
                     self._zeroer = None
                     log.warning("commit log: zero-ahead in %s stopped: %s", seg, exc)
                     return
