@@ -304,7 +304,6 @@ def broker_cycle(args: argparse.Namespace, workdir: Path) -> list[str]:
     """``txmq dev`` + txmq's client at each in-flight count: msg/s, fsyncs/s, bytes per fsync, mean fdatasync."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_e2e import run, send_phase
-
     from txmq.testing import DevCluster
 
     lines: list[str] = []
@@ -332,7 +331,7 @@ def broker_cycle(args: argparse.Namespace, workdir: Path) -> list[str]:
                         raw_rate,
                     )
                 )
-            med = [statistics.median(col) for col in zip(*rows)]
+            med = [statistics.median(col) for col in zip(*rows, strict=True)]
             line = (
                 f"broker x{n:<4} {fmt_rate([r[0] for r in rows])} msg/s | {med[1]:7,.0f} fsync/s | "
                 f"{med[2]:9,.0f} B/fsync | fdatasync mean {med[3]:.2f} ms | raw 1 KiB fsync {med[4]:7,.0f}/s | "

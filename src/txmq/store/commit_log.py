@@ -344,9 +344,9 @@ class CommitLog:
         with self._zero_lock:
             if end > seg.high:
                 seg.high = end
-            if end > seg.zeroed:
-                self.zero_ahead_behind += 1
             if self.preallocate is Preallocate.ZERO and seg.zeroed < seg.size:
+                if end > seg.zeroed:
+                    self.zero_ahead_behind += 1
                 self._keep_zeroed_ahead(seg, end)
         if n == 1:  # a single record: no slicing
             data = buffers[0]
