@@ -4,6 +4,12 @@ write+fdatasync rate and sequential speed measured in the same run.
     .venv/bin/python bench/bench_store.py                    # everything, 1 GiB recovery
     .venv/bin/python bench/bench_store.py --recovery-mib 256 --rounds 3
     .venv/bin/python bench/bench_store.py --skip-recovery
+    .venv/bin/python bench/bench_store.py --broker --inflight 1,128 --rounds 3 --window 5   # `txmq dev` + client
+    .venv/bin/python bench/bench_store.py --raw --rounds 5 --window 1    # the disk alone, by kind of file
+
+``--broker`` measures the commit cycle through a real broker: ``txmq dev`` (SYNC_FLUSH) in a child process and txmq's
+asyncio client at each in-flight count, with the broker's fdatasync count and time and its stored bytes read from
+``/metrics`` around each window: fsyncs per second, bytes per fsync and the mean fdatasync, next to the raw disk.
 
 The disk of a cloud VM is noisy, so every store figure is taken in short windows interleaved with windows of the raw
 disk baseline, and medians are reported with the ratio of each store window to its neighbouring raw window.
@@ -73,6 +79,45 @@ class RawDisk:
     def close(self) -> None:
         os.close(self.fd)
         os.unlink(self.path)
+
+
+def raw_modes(directory: Path, seconds: float, rounds: int) -> list[str]:
+    """pwrite + fdatasync in a loop, 1 KiB and 128 KiB per call (a group of 1 and of ~100 records), into a file whose
+    blocks are fallocate'd (unwritten extents: each fdatasync converts some), zero-filled beforehand (data only), or
+    grown by the writes (size changes: metadata each time). Interleaved, medians of ``rounds`` windows."""
+    path = directory / "raw-modes"
+    size = 256 << 20
+    rates: dict[tuple[str, int], list[float]] = {}
+    for _ in range(rounds):
+        for mode in ("fallocate", "zero-filled", "growing"):
+            for chunk in (1024, 128 << 10):
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    if mode == "fallocate":
+                        os.posix_fallocate(fd, 0, size)
+                    elif mode == "zero-filled":
+                        zeros = bytes(1 << 20)
+                        for pos in range(0, size, len(zeros)):
+                            os.pwrite(fd, zeros, pos)
+                    os.fsync(fd)
+                    data = b"x" * chunk
+                    n = pos = 0
+                    start = time.perf_counter()
+                    while time.perf_counter() - start < seconds and pos + chunk <= size:
+                        os.pwrite(fd, data, pos)
+                        os.fdatasync(fd)
+                        pos += chunk
+                        n += 1
+                    rates.setdefault((mode, chunk), []).append(n / (time.perf_counter() - start))
+                finally:
+                    os.close(fd)
+                    os.unlink(path)
+    lines = []
+    for (mode, chunk), values in rates.items():
+        line = f"raw {chunk >> 10:>3} KiB pwrite+fdatasync, {mode:<11} file: {fmt_rate(values)} /s"
+        print(line, flush=True)
+        lines.append(line)
+    return lines
 
 
 def sequential_write_mib_s(directory: Path, mib: int = 512) -> tuple[float, float]:
@@ -230,6 +275,77 @@ async def throughput(args: argparse.Namespace, workdir: Path, raw: RawDisk) -> l
     return lines
 
 
+# -- through a broker -------------------------------------------------------------------------------------------
+
+
+def _scrape(url: str) -> dict[str, float]:
+    """The broker's commit-cycle counters from /metrics: fdatasyncs, their seconds, stored messages and bytes."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out = {"flushes": 0.0, "flush_s": 0.0, "messages": 0.0, "bytes": 0.0}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name, value = line.rsplit(" ", 1)
+        if name.startswith("txmq_storage_flush_latency_seconds_count"):
+            out["flushes"] += float(value)
+        elif name.startswith("txmq_storage_flush_latency_seconds_sum"):
+            out["flush_s"] += float(value)
+        elif name.startswith("rocketmq_messages_in_total"):
+            out["messages"] += float(value)
+        elif name.startswith("rocketmq_throughput_in_total"):
+            out["bytes"] += float(value)
+    return out
+
+
+def broker_cycle(args: argparse.Namespace, workdir: Path) -> list[str]:
+    """``txmq dev`` + txmq's client at each in-flight count: msg/s, fsyncs/s, bytes per fsync, mean fdatasync."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_e2e import run, send_phase
+    from txmq.testing import DevCluster
+
+    lines: list[str] = []
+    root = workdir / "broker"
+    shutil.rmtree(root, ignore_errors=True)
+    raw = RawDisk(workdir)
+    cluster = DevCluster(root, {"flushDiskType": "SYNC_FLUSH", "grpcListenPort": "0"}).start()
+    try:
+        for n in args.inflight:
+            rows: list[tuple[float, float, float, float, float]] = []
+            for k in range(args.rounds):
+                before_raw = raw.fsync_rate(0.5)
+                m0 = _scrape(cluster.metrics_url)
+                r = run(send_phase(cluster.namesrv_addr, f"Cycle{n}_{k}", n, args.window))
+                m1 = _scrape(cluster.metrics_url)
+                raw_rate = (before_raw + raw.fsync_rate(0.5)) / 2
+                flushes = m1["flushes"] - m0["flushes"]
+                seconds = r["msgs"] / r["rate"]
+                rows.append(
+                    (
+                        r["rate"],
+                        flushes / seconds,
+                        (m1["bytes"] - m0["bytes"]) / max(1.0, flushes),
+                        (m1["flush_s"] - m0["flush_s"]) / max(1.0, flushes) * 1000,
+                        raw_rate,
+                    )
+                )
+            med = [statistics.median(col) for col in zip(*rows, strict=True)]
+            line = (
+                f"broker x{n:<4} {fmt_rate([r[0] for r in rows])} msg/s | {med[1]:7,.0f} fsync/s | "
+                f"{med[2]:9,.0f} B/fsync | fdatasync mean {med[3]:.2f} ms | raw 1 KiB fsync {med[4]:7,.0f}/s | "
+                f"fsync/s / raw {med[1] / med[4]:.2f}"
+            )
+            print(line, flush=True)
+            lines.append(line)
+    finally:
+        cluster.stop()
+        raw.close()
+        shutil.rmtree(root, ignore_errors=True)
+    return lines
+
+
 # -- recovery ----------------------------------------------------------------------------------------------------
 
 
@@ -361,6 +477,9 @@ def main() -> None:
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--warm", dest="cold", action="store_false", help="recover from the page cache")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    parser.add_argument("--raw", action="store_true", help="only the disk: fdatasync rates by file kind and size")
+    parser.add_argument("--broker", action="store_true", help="only the commit cycle through `txmq dev` + client")
+    parser.add_argument("--inflight", type=lambda s: [int(x) for x in s.split(",")], default=[1, 128])
     parser.add_argument("--child-writer", nargs=2, metavar=("ROOT", "BYTES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_writer:
@@ -369,6 +488,15 @@ def main() -> None:
     workdir = Path(args.dir)
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}; event loop: {args.loop}; work dir: {workdir}", flush=True)
+    print(f"load average: {os.getloadavg()[0]:.2f}", flush=True)
+    if args.raw:
+        raw_modes(workdir, args.window, args.rounds)
+        print(f"load average: {os.getloadavg()[0]:.2f}", flush=True)
+        return
+    if args.broker:
+        broker_cycle(args, workdir)
+        print(f"load average: {os.getloadavg()[0]:.2f}", flush=True)
+        return
     out: list[str] = []
     if not args.skip_throughput:
         raw = RawDisk(workdir)

@@ -41,6 +41,12 @@ SEGMENT_NAME_RE = re.compile(r"^\d{20}$")
 ALLOC_SUFFIX = ".alloc"  # a segment being zero-filled in the background; renamed into place when needed
 IOV_MAX = 1024
 _ZERO_CHUNK = bytes(1 << 20)
+# Zero-ahead in a segment that was fallocate'd (Preallocate.ZERO's foreground path, and segments opened at start-up):
+# the zeroer keeps between ZERO_AHEAD_MIN and ZERO_AHEAD_MAX bytes past the last write zero-filled, one chunk
+# (pwrite + fdatasync) at a time, so that the writer's fdatasync never converts an unwritten extent.
+ZERO_AHEAD_CHUNK = 1 << 20
+ZERO_AHEAD_MIN = 1 << 20
+ZERO_AHEAD_MAX = 16 << 20
 
 
 def segment_name(start: int) -> str:
@@ -52,7 +58,7 @@ class Segment:
     scans. ``closed`` is set before the descriptor is closed, so a reader that raced a close (and may have read a
     reused descriptor) sees it afterwards and discards what it read."""
 
-    __slots__ = ("closed", "fd", "mm", "path", "size", "start")
+    __slots__ = ("closed", "fd", "high", "mm", "path", "size", "start", "zero_target", "zeroed")
 
     def __init__(self, start: int, size: int, path: str, fd: int, mm: mmap.mmap) -> None:
         self.start = start
@@ -61,6 +67,12 @@ class Segment:
         self.fd = fd
         self.mm = mm
         self.closed = False
+        # Positions in the file, guarded by CommitLog's zero lock: the end of the bytes written through
+        # CommitLog.write (the zeroer never writes below it), how far the blocks are known to hold written zeros or
+        # data (the whole file for a segment zero-filled in the background), and how far the zeroer is asked to go.
+        self.high = 0
+        self.zeroed = 0
+        self.zero_target = 0
 
     @property
     def end(self) -> int:
@@ -101,6 +113,12 @@ class CommitLog:
         # Half of the active segment: short-lived stores (tests) never pay for zero-filling a segment they do not use.
         self._prepare_at = 1 << 62
         self._closed = False
+        # Zero-ahead (Preallocate.ZERO): serialises the zeroer's pwrite of zeros with the writer's claim of the range
+        # it writes next (Segment.high) and with closing a segment's descriptor.
+        self._zero_lock = threading.Lock()
+        self._zeroer: threading.Thread | None = None
+        self.zero_ahead_chunks = 0  # chunks the zeroer wrote (tests, benchmarks)
+        self.zero_ahead_behind = 0  # writes that reached past the zero-filled part (tests, benchmarks)
 
     # -- opening ----------------------------------------------------------------------------------------------
 
@@ -221,6 +239,8 @@ class CommitLog:
                 os.fsync(fd)
             _fsync_dir(self.directory)
             seg = self._open_segment(start, path, fd)
+            if prepared is not None:
+                seg.zeroed = seg.size  # zero-filled in the background: nothing left to convert
         except BaseException as exc:
             os.close(fd)
             if prepared is None:
@@ -313,12 +333,22 @@ class CommitLog:
                 log.info("commit log: posix_fallocate unavailable (%s); using ftruncate", exc)
         os.ftruncate(fd, self.segment_size)
 
-    @staticmethod
-    def write(seg: Segment, seg_pos: int, buffers: list[bytearray | bytes | memoryview]) -> None:
-        """Write ``buffers`` back to back at ``seg_pos`` in ``seg`` with as few ``pwritev`` calls as possible."""
+    def write(self, seg: Segment, seg_pos: int, buffers: list[bytearray | bytes | memoryview]) -> None:
+        """Write ``buffers`` back to back at ``seg_pos`` in ``seg`` with as few ``pwritev`` calls as possible.
+
+        The range is claimed first (``seg.high``, under the zero lock), so the zeroer never writes zeros over it; in
+        ZERO mode this also keeps the zeroer ahead of the writer."""
         fd = seg.fd
         n = len(buffers)
-        if n == 1:  # a single record: no slicing, no sum
+        end = seg_pos + (len(buffers[0]) if n == 1 else sum(len(b) for b in buffers))
+        with self._zero_lock:
+            if end > seg.high:
+                seg.high = end
+            if self.preallocate is Preallocate.ZERO and seg.zeroed < seg.size:
+                if end > seg.zeroed:
+                    self.zero_ahead_behind += 1
+                self._keep_zeroed_ahead(seg, end)
+        if n == 1:  # a single record: no slicing
             data = buffers[0]
             done = os.pwritev(fd, buffers, seg_pos)
             if done != len(data):
@@ -337,6 +367,59 @@ class CommitLog:
     @staticmethod
     def flush(seg: Segment) -> None:
         os.fdatasync(seg.fd)
+
+    # -- zero-ahead -------------------------------------------------------------------------------------------
+
+    def _keep_zeroed_ahead(self, seg: Segment, end: int) -> None:
+        """Holder of the zero lock, after a write up to ``end``: when fewer than half the wanted bytes past it are
+        zero-filled, ask the zeroer for more. The distance grows with what the segment holds (a short-lived store
+        zero-fills 1 MiB, a busy broker 16 MiB), so a test pays little and a broker's writes stay ahead."""
+        ahead = min(ZERO_AHEAD_MAX, max(ZERO_AHEAD_MIN, end))
+        if seg.zeroed - end >= ahead // 2 or self._closed:
+            return
+        target = min(seg.size, end + ahead)
+        if target > seg.zero_target:
+            seg.zero_target = target
+        zeroer = self._zeroer
+        if zeroer is None:
+            zeroer = threading.Thread(target=self._zero_ahead, args=(seg,), name="txmq-store-zero-ahead", daemon=True)
+            self._zeroer = zeroer
+            zeroer.start()
+
+    def _zero_ahead(self, seg: Segment) -> None:
+        """The zeroer: zero-fill ``seg`` past the writer's claimed end, one chunk at a time (pwrite under the zero
+        lock, then fdatasync outside it, so that the writer's own fdatasync rarely meets these pages dirty)."""
+        fd = seg.fd
+        while True:
+            with self._zero_lock:
+                start = max(seg.zeroed, seg.high)
+                segs = self._segments
+                if self._closed or seg.closed or start >= seg.zero_target or not segs or segs[-1] is not seg:
+                    self._zeroer = None
+                    return
+                stop = min(seg.size, (start // ZERO_AHEAD_CHUNK + 1) * ZERO_AHEAD_CHUNK)
+                try:
+                    _pwrite_zeros(fd, start, stop - start)
+                except OSError as exc:  # ENOSPC in a sparse segment (one extended at start-up), or an IO error:
+                    seg.zeroed = seg.size  # give up on this segment for good; the writer converts as it goes
+                    self._zeroer = None
+                    log.warning("commit log: zero-ahead in %s stopped: %s", seg, exc)
+                    return
+                seg.zeroed = stop
+                self.zero_ahead_chunks += 1
+            try:
+                os.fdatasync(fd)
+            except OSError:  # closed under us (the next round sees seg.closed), or an IO error the writer will meet
+                pass
+
+    def wait_zeroed(self, timeout: float | None = None) -> bool:
+        """Wait for the zeroer (tests, benchmarks); True when it is not running."""
+        with self._zero_lock:
+            zeroer = self._zeroer
+        if zeroer is not None:
+            zeroer.join(timeout)
+            return not zeroer.is_alive()
+        return True
 
     # -- readers ----------------------------------------------------------------------------------------------
 
@@ -537,7 +620,7 @@ class CommitLog:
             dropped = [s for s in segs if s.path in deleted]
             self._set_segments(tuple(keep))
         for seg in dropped:
-            _close_segment(seg)
+            self._close(seg)
             os.unlink(seg.path)
         if dropped:
             _fsync_dir(self.directory)
@@ -552,7 +635,7 @@ class CommitLog:
             if not segs or seg is segs[-1] or seg not in segs:
                 raise ValueError(f"cannot delete {seg}: it is the active segment or not in the log")
             self._set_segments(tuple(s for s in segs if s is not seg))
-        _close_segment(seg)
+        self._close(seg)
         os.unlink(seg.path)
         _fsync_dir(self.directory)
 
@@ -568,17 +651,24 @@ class CommitLog:
 
     # -- closing ----------------------------------------------------------------------------------------------
 
+    def _close(self, seg: Segment) -> None:
+        """Close ``seg`` under the zero lock: the zeroer checks ``seg.closed`` under it before each write, so it never
+        writes to a descriptor number that was closed (and perhaps reused)."""
+        with self._zero_lock:
+            _close_segment(seg)
+
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True  # preparations stop at their next chunk
+        self._closed = True  # preparations and the zeroer stop at their next chunk
         self.wait_prepared()
+        self.wait_zeroed()
         with self._lock:
             segs = self._segments
             self._set_segments(())
             prepared, self._prepared = list(self._prepared.values()), {}
         for seg in segs:
-            _close_segment(seg)
+            self._close(seg)
         for path in prepared:
             try:
                 os.unlink(path)
