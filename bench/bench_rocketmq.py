@@ -1,24 +1,30 @@
 """txmq side by side with Apache RocketMQ 5.5.0 (issue 24), in one run on one machine, with one load generator.
 
 Brokers: ``txmq dev`` (its defaults: SYNC_FLUSH), RocketMQ SYNC_FLUSH and RocketMQ ASYNC_FLUSH (its default, for
-reference), all on loopback with their data in one temporary folder on the same disk. The load comes from the Java
-client (rocketmq-client 4.9.8) in one JVM per window: ``txmq.compat.Main bench`` in tests/compat/java (Bench.java).
+reference), all on loopback with their data in one temporary folder on the same disk. The publish and tx windows are
+driven by bench/loadgen (``--loadgen go``, the default): txmq-loadgen, a Go program that writes the Java client's
+requests itself over one connection, at a fraction of the Java client's CPU, so that on two cores the generator does
+not set the pace. ``--loadgen java`` drives them with the Java client (rocketmq-client 4.9.8) in one JVM per window
+(``txmq.compat.Main bench`` in tests/compat/java, Bench.java), which also reads the consume rate and the end-to-end
+latency in every run.
 
 Per round, the windows alternate broker by broker (txmq, RocketMQ SYNC, RocketMQ ASYNC, txmq, ...), and the brokers
 not measured are paused (SIGSTOP). Publish of 1 KiB bodies with 1 and 128 sending threads; transactions (half + a
 no-op local transaction + COMMIT) with 16, on a second instance of each broker (warmed up by an unrecorded transaction
-window, as every broker is by an unrecorded publish window); the consume rate (a push consumer
-reading the x128 window's topic from its first offset); end-to-end latency (sync sends paced over 64 threads, a push
-consumer in the same JVM) at half of the broker's publish x128 rate in that round. Around each window the broker's
-CPU time (utime + stime) and memory are read from /proc: txmq's is the ``txmq dev`` process (name server and broker
-in one), RocketMQ's the broker JVM alone. Medians over the rounds and txmq / RocketMQ SYNC ratios are printed as a
-Markdown table; every window goes to bench/out/rocketmq-*.jsonl. ``--profile-txmq DIR`` samples txmq with py-spy
-during round 0's publish x128 and tx x16 windows and prints where the time goes.
+window, as every broker is by an unrecorded publish window); the consume rate (a push consumer reading the x128
+window's topic from its first offset); end-to-end latency (sync sends paced over 64 threads, a push consumer in the
+same JVM) at half of the broker's publish x128 rate in that round. Around each window the broker's CPU time (utime +
+stime) and memory are read from /proc: txmq's is the ``txmq dev`` process (name server and broker in one),
+RocketMQ's the broker JVM alone; the generator's CPU comes from the children's rusage. Medians over the rounds and
+txmq / RocketMQ SYNC ratios are printed as a Markdown table; every window goes to bench/out/rocketmq-*.jsonl.
+``--profile-txmq DIR`` samples txmq with py-spy during round 0's publish x128 and tx x16 windows and prints where the
+time goes.
 
 Not a test: it prints figures and asserts nothing.
 
     .venv/bin/python bench/bench_rocketmq.py [--seconds 10] [--rounds 3] [--broker-heap 1g] [--profile-txmq DIR]
     .venv/bin/python bench/bench_rocketmq.py --only-tx --rounds 7   # the transaction windows alone
+    .venv/bin/python bench/bench_rocketmq.py --loadgen java          # publish and tx from the Java client too
 """
 
 from __future__ import annotations
@@ -64,14 +70,32 @@ def memory_mib(pid: int) -> dict[str, float]:
     return {f"broker{key}MiB": int(status[key].split()[0]) / 1024 for key in ("VmRSS", "RssAnon", "RssFile", "VmHWM")}
 
 
+LOADGEN_DIR = ROOT / "bench" / "loadgen"
+LOADGEN = {"generator": "go"}  # --loadgen
+
+
+def loadgen_binary() -> Path:
+    """bench/loadgen's binary, built when missing or older than its source."""
+    binary = LOADGEN_DIR / "bin" / "txmq-loadgen"
+    source = LOADGEN_DIR / "main.go"
+    if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
+        subprocess.run(["bash", str(LOADGEN_DIR / "build.sh")], check=True)
+    return binary
+
+
 def load(namesrv: str, *args: str, timeout: float = 300) -> dict[str, Any]:
-    """One load-generator JVM; its "result" event."""
-    _built()
-    out = JAVA_DIR / "target" / "v4"
-    log_root = tempfile.mkdtemp(prefix="txmq-bench-java-")
-    cmd = ["java", *LOADGEN_JVM, f"-Drocketmq.client.logRoot={log_root}", f"-Duser.home={log_root}"]
-    cmd += ["-Drocketmq.client.logLevel=ERROR", "-cp", f"{out / 'classes'}{os.pathsep}{out / 'lib'}/*"]
-    cmd += ["txmq.compat.Main", "bench", "--namesrv", namesrv, *args]
+    """One load-generator process (txmq-loadgen for publish and tx with --loadgen go, else a JVM); its "result"
+    event."""
+    mode = args[args.index("--mode") + 1]
+    if LOADGEN["generator"] == "go" and mode in ("publish", "tx"):
+        cmd = [str(loadgen_binary()), "--namesrv", namesrv, *args]
+    else:
+        _built()
+        out = JAVA_DIR / "target" / "v4"
+        log_root = tempfile.mkdtemp(prefix="txmq-bench-java-")
+        cmd = ["java", *LOADGEN_JVM, f"-Drocketmq.client.logRoot={log_root}", f"-Duser.home={log_root}"]
+        cmd += ["-Drocketmq.client.logLevel=ERROR", "-cp", f"{out / 'classes'}{os.pathsep}{out / 'lib'}/*"]
+        cmd += ["txmq.compat.Main", "bench", "--namesrv", namesrv, *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
@@ -274,9 +298,16 @@ def main() -> int:
         "--only-tx", action="store_true", help="only the transaction windows (more rounds of them in the same time)"
     )
     parser.add_argument(
+        "--loadgen",
+        choices=("go", "java"),
+        default="go",
+        help="the publish and tx windows' generator: bench/loadgen (Go) or the Java client",
+    )
+    parser.add_argument(
         "--profile-txmq", type=Path, default=None, help="py-spy (or $PY_SPY) samples txmq in round 0 into this folder"
     )
     args = parser.parse_args()
+    LOADGEN["generator"] = args.loadgen
     base = args.dir or Path(tempfile.mkdtemp(prefix="txmq-bench-rocketmq-"))
     out = ROOT / "bench" / "out" / f"rocketmq-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,3 @@
+module txmq/bench/loadgen
+
+go 1.21
