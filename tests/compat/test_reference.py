@@ -22,6 +22,7 @@ import pytest
 from txmq.client.sync import Admin, PullConsumer
 from txmq.testing import eventually
 
+from . import loadgen
 from . import reference as ref
 from .java_client import JavaProcess, named, run_java
 
@@ -197,6 +198,29 @@ def test_a_second_conflicting_decision(clusters: dict[str, Any]) -> None:
         "copies a consumer reads": SECOND_DECISION,
     }
     compare("transactions: a second, conflicting decision", clusters, observe, differences)
+
+
+def test_the_benchmark_load_generator(clusters: dict[str, Any]) -> None:
+    """bench/loadgen, which drives both brokers in bench/bench_rocketmq.py, writes requests each broker takes as the
+    Java client's: every send answered, every half message committed by its oneway END_TRANSACTION, each copy stored
+    once. The counts differ from broker to broker; what is compared is that each holds."""
+
+    def observe(cluster: Any) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for mode in ("publish", "tx"):
+            topic = _name(f"RefLoad{mode}")
+            create_topics(cluster, topic)
+            result = loadgen.window(cluster.namesrv_addr, mode, topic, _name("RefLoadPG"), inflight=8, warmup=20)
+            messages = pull_all(cluster, topic)
+            seen[f"{mode}: sent, none failed"] = result["count"] > 0 and result["failed"] == 0
+            seen[f"{mode}: stored = sent"] = result["stored"] == result["count"]
+            seen[f"{mode}: read back = sent + warm-up"] = len(messages) == result["count"] + 20
+            seen[f"{mode}: ids distinct"] = len({m.properties.get("UNIQ_KEY") for m in messages}) == len(messages)
+        return seen
+
+    seen = compare("the benchmark's load generator", clusters, observe)
+    for broker, observed in seen.items():
+        assert all(observed.values()), f"{broker}: {observed}"
 
 
 def _sent(answer: dict) -> dict | None:
