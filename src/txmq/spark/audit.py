@@ -29,8 +29,9 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from txmq.spark import audit_ranges
 from txmq.spark.errors import TxmqSparkError
-from txmq.spark.store_source import commitlog_dir
+from txmq.spark.store_source import DEFAULT_SPLIT_BYTES, commitlog_dir
 from txmq.txn.journal import JOURNAL_NAME, LEGACY_CHECKS_NAME, parse_journal, parse_legacy_checks
 from txmq.txn.rebuild import RESUME as REPLAY_RESUME
 from txmq.txn.rebuild import Folded, OpEvent, fold
@@ -265,6 +266,9 @@ class TransactionPass:
 
     rows: DataFrame  # PASS_SCHEMA
     several: bool
+    # The discard copies (rows of the transactions view with kind DISCARD_COPY) when the pass was made without the
+    # whole events (run_audit's scan by range); None: the audit takes them from its events.
+    discards: DataFrame | None = None
 
 
 def transaction_pass(spark: SparkSession, store: str, events: DataFrame) -> TransactionPass:
@@ -328,11 +332,15 @@ def transaction_audit(
     ``events`` defaults to :func:`transaction_events`, which several steps of the plan read; pass a cached or
     materialised copy (as :func:`run_audit` does) to scan the store once. ``prepared`` is the pass over them when the
     caller reuses it (run_audit caches it and takes the orphan copies from it too)."""
-    ev = events if events is not None else transaction_events(spark, store)
-    done = prepared if prepared is not None else transaction_pass(spark, store, ev)
+    if prepared is not None and prepared.discards is not None:
+        done, copies = prepared, prepared.discards
+    else:
+        ev = events if events is not None else transaction_events(spark, store)
+        done = prepared if prepared is not None else transaction_pass(spark, store, ev)
+        copies = ev.filter(F.col("kind") == "DISCARD_COPY")
     col = F.col
     discard_checks = (
-        ev.filter((col("kind") == "DISCARD_COPY") & col("uniq_key").isNotNull())
+        copies.filter(col("uniq_key").isNotNull())
         .groupBy(col("uniq_key").alias("dk"), col("producer_group").alias("dg"))
         .agg(F.max("checks").alias("discard_checks"))
     )
@@ -506,6 +514,21 @@ def anomalies(audit: DataFrame, events: DataFrame | TransactionPass) -> DataFram
     return flagged.unionByName(orphans)
 
 
+def _anonymous_markers(
+    spark: SparkSession, ranges: list[audit_ranges.Range], markers: DataFrame, events: DataFrame
+) -> DataFrame:
+    """RocketMQ's op markers (no half commit-log offset) given the half message of the same queue offset and the
+    range that half message lies in (``target``, NO_RANGE when none), as rows of the scan's side output."""
+    col = F.col
+    halves = events.filter(col("kind") == "HALF").select(
+        col("half_queue_offset").alias("q"), col("half_phys").alias("hp")
+    )
+    spans = spark.createDataFrame([(i, *r.span) for i, r in enumerate(ranges)], "i int, lo bigint, hi bigint")
+    found = markers.join(halves, col("half_queue_offset") == col("q")).withColumn("half_phys", col("hp"))
+    placed = found.join(F.broadcast(spans), (col("half_phys") >= col("lo")) & (col("half_phys") < col("hi")), "left")
+    return placed.withColumn("target", F.coalesce(col("i"), F.lit(audit_ranges.NO_RANGE))).select(*markers.columns)
+
+
 @dataclass
 class AuditResult:
     out_dir: str
@@ -526,10 +549,12 @@ def run_audit(
     *,
     report: bool = True,
     phase_clock: Callable[[], float] = time.perf_counter,
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
 ) -> AuditResult:
     """Write ``events.parquet`` (the store's transaction records), ``audit.parquet``, ``anomalies.parquet``,
     ``summary.json`` and, optionally, ``report.html`` with its charts. ``phase_clock`` measures the phases (wall
-    time by default; the benchmark passes the CPU time of the processes doing the work)."""
+    time by default; the benchmark passes the CPU time of the processes doing the work). ``split_bytes``: the size
+    of the commit-log ranges the store is read in (as ``txmq-store``'s option ``splitBytes``)."""
     from txmq.spark.errors import clear_errors
 
     started = time.perf_counter()
@@ -541,24 +566,41 @@ def run_audit(
 
     os.makedirs(out_dir, exist_ok=True)
     with clear_errors():
-        # The store is scanned once: the events land in parquet, and every later step reads that.
+        # The store is scanned once, a task per commit-log range: each writes its part of events.parquet itself and
+        # hands Spark only the events that belong to another range's transactions (txmq.spark.audit_ranges).
         events_path = os.path.join(out_dir, "events.parquet")
-        transaction_events(spark, store).write.mode("overwrite").parquet(events_path)
+        ranges = audit_ranges.plan(spark, store, events_path, split_bytes)
+        side = audit_ranges.scan(spark, ranges, events_path).persist(StorageLevel.MEMORY_AND_DISK)
+        col = F.col
+        is_anonymous = (col("kind") == "OP") & col("half_phys").isNull()
+        facts = side.select(
+            F.max(col("several").cast("int")).alias("several"), F.max(is_anonymous.cast("int")).alias("anonymous")
+        ).first()
         lap("scan")
-        events = spark.read.parquet(events_path)
-        # One shuffle of the events by half message and one pass per transaction; its rows are kept (memory, then
-        # disk) for the anomalies, which take the copies without a half message from it.
-        prepared = transaction_pass(spark, store, events)
+        routed = side
+        if facts is not None and facts["anonymous"]:
+            routed = side.filter(~is_anonymous).unionByName(
+                _anonymous_markers(spark, ranges, side.filter(is_anonymous), spark.read.parquet(events_path))
+            )
+        # Each range's transactions in one pass (its own events from its part file, and those of its half messages
+        # that other ranges found); the pass's rows are kept (memory, then disk) for the anomalies, which take the
+        # copies without a half message from them.
+        prepared = TransactionPass(
+            audit_ranges.local_pass(spark, ranges, events_path, routed, _PASS_INPUT),
+            several=bool(facts is not None and facts["several"]),
+            discards=side.filter(col("kind") == "DISCARD_COPY"),
+        )
         prepared.rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             audit_path = os.path.join(out_dir, "audit.parquet")
-            transaction_audit(spark, store, events, prepared).write.mode("overwrite").parquet(audit_path)
+            transaction_audit(spark, store, prepared=prepared).write.mode("overwrite").parquet(audit_path)
             lap("audit")
             audit = spark.read.parquet(audit_path)
             found = anomalies(audit, prepared)
             found.write.mode("overwrite").parquet(os.path.join(out_dir, "anomalies.parquet"))
         finally:
             prepared.rows.unpersist()
+            side.unpersist()
         anomaly_rows = spark.read.parquet(os.path.join(out_dir, "anomalies.parquet"))
         by_group = resolution_counts(audit)
         counts = {r: sum(row[r] for row in by_group) for r in RESOLUTIONS}

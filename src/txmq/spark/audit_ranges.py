@@ -1,0 +1,205 @@
+"""The audit's scan and per-transaction pass by commit-log range: how :func:`txmq.spark.audit.run_audit` reads a
+store without handing every transaction record to Spark.
+
+A half message's op records and copies are written after it, almost always a few records later, so nearly every
+event of a transaction lies in the same commit-log range (a ``txmq-store`` partition, 64 MiB) as its half message.
+
+1. :func:`plan` (one Python task): the ranges of the store's segments (:func:`list_segments`), and an empty
+   ``events.parquet`` folder.
+2. :func:`scan` (a task per range): the range's ``transactions`` view (:func:`transaction_batches`) is written by
+   the task itself, with pyarrow, as ``events.parquet/part-<range>.parquet``; what goes to Spark is only what
+   other ranges need: the op records and copies whose half message lies in another range ("foreign", with the
+   range it lies in), RocketMQ's op markers that name no half message, the discard copies (for their check
+   counts), and one row per range saying it was read and whether it holds transactions of several messages.
+3. :func:`local_pass` (a task per few ranges, after a shuffle of that small output by range): each range's own
+   events read back from its part file (the columns the pass reads), with the foreign events that belong to its
+   half messages, go through :func:`txmq.spark.audit.per_transaction`. Events whose half message lies in no range
+   (retention removed it) meet in a group of their own and come out as orphan copies.
+
+Only the pass's rows (one per half message) and the small side output cross into the JVM. The part files are
+named by range, written to a temporary name and renamed, so a retried task replaces its own file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from txmq.spark.store_source import (
+    DEFAULT_SPLIT_BYTES,
+    TX_COLUMNS,
+    Segment,
+    arrow_schema,
+    list_segments,
+    transaction_batches,
+)
+
+EVENTS_SCHEMA = arrow_schema(TX_COLUMNS)
+# The side output of the scan: rows of the transactions view, the range ("target") whose pass needs each, and on a
+# range's own row (kind RANGE) whether it holds a half message of a transaction of several.
+SIDE_COLUMNS = (*TX_COLUMNS, ("target", "int"), ("several", "boolean"))
+SIDE_SCHEMA = ", ".join(f"{n} {t}" for n, t in SIDE_COLUMNS)
+SIDE_ARROW = pa.schema([*EVENTS_SCHEMA, pa.field("target", pa.int32()), pa.field("several", pa.bool_())])
+RANGES_SCHEMA = "path string, start bigint, lo bigint, hi bigint, first bigint"
+NO_RANGE = -1  # the target of events whose half message lies in no range of the store
+SCAN_BATCH_ROWS = 1 << 18
+
+
+@dataclass(frozen=True)
+class Range:
+    """A ``txmq-store`` partition (:class:`Segment`) and the commit-log offsets it spans."""
+
+    path: str
+    start: int
+    lo: int
+    hi: int
+    first: int
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return self.start + self.lo, self.start + self.hi
+
+    def segment(self) -> Segment:
+        return Segment(self.path, self.start, self.lo, self.hi, self.first)
+
+
+def part_path(events_path: str, index: int) -> str:
+    return os.path.join(events_path, f"part-{index:05d}.parquet")
+
+
+def plan_ranges(store: str, events_path: str, split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Range]:
+    """The store's ranges; ``events_path`` emptied (it is filled by the scan's tasks), or holding one empty part
+    file when the store holds no data (so that it reads as an empty table)."""
+    shutil.rmtree(events_path, ignore_errors=True)
+    os.makedirs(events_path, exist_ok=True)
+    ranges = [Range(s.path, s.start, s.lo, s.hi, s.first) for s in list_segments(store, split_bytes)]
+    if not ranges:
+        pq.write_table(EVENTS_SCHEMA.empty_table(), part_path(events_path, 0))
+    return ranges
+
+
+def plan(spark: Any, store: str, events_path: str, split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Range]:
+    """:func:`plan_ranges`, run by an executor (which sees the store and the output folder as the scan's tasks do;
+    through Spark Connect the client may not)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:
+            pass
+        ranges = plan_ranges(store, events_path, split_bytes)
+        yield pa.RecordBatch.from_pylist(
+            [vars(r) for r in ranges],
+            schema=pa.schema(
+                [
+                    ("path", pa.string()),
+                    ("start", pa.int64()),
+                    ("lo", pa.int64()),
+                    ("hi", pa.int64()),
+                    ("first", pa.int64()),
+                ]
+            ),
+        )
+
+    rows = spark.range(0, 1, 1, 1).mapInArrow(run, RANGES_SCHEMA).collect()
+    return [Range(r["path"], r["start"], r["lo"], r["hi"], r["first"]) for r in rows]
+
+
+def targets(half_phys: pa.Array, spans: list[tuple[int, int]]) -> pa.Array:
+    """The index of the span each half commit-log offset lies in (NO_RANGE: none; null stays null)."""
+    out = pc.if_else(pc.is_null(half_phys), pa.scalar(None, pa.int32()), pa.scalar(NO_RANGE, pa.int32()))
+    for i, (lo, hi) in enumerate(spans):
+        inside = pc.and_(pc.greater_equal(half_phys, lo), pc.less(half_phys, hi))
+        out = pc.if_else(pc.fill_null(inside, False), pa.scalar(i, pa.int32()), out)
+    return out
+
+
+def scan_range(ranges: list[Range], index: int, events_path: str, batch_rows: int = SCAN_BATCH_ROWS) -> pa.Table:
+    """Step 2 for range ``index``: its part file written, its side output returned (SIDE_ARROW)."""
+    table = pa.Table.from_batches(list(transaction_batches(ranges[index].segment(), batch_rows)), EVENTS_SCHEMA)
+    final = part_path(events_path, index)
+    temporary = f"{final}.{os.getpid()}.tmp"
+    pq.write_table(table, temporary)
+    os.replace(temporary, final)
+    return side_rows(table, ranges, index)
+
+
+def side_rows(table: pa.Table, ranges: list[Range], index: int) -> pa.Table:
+    """What range ``index``, whose events are ``table`` (EVENTS_SCHEMA), hands Spark (SIDE_ARROW): the op records
+    and copies whose half message lies outside it, with the range it lies in; RocketMQ's markers (no half message
+    named); the discard copies; and its RANGE row."""
+    kind = table["kind"]
+    lo, hi = ranges[index].span
+    hp = table["half_phys"]
+    is_op = pc.is_in(kind, value_set=pa.array(["OP", "RESUME"]))
+    follows = pc.or_(is_op, pc.equal(kind, "DELIVERY"))  # the records that name their half message
+    outside = pc.invert(pc.fill_null(pc.and_(pc.greater_equal(hp, lo), pc.less(hp, hi)), False))
+    anonymous = pc.and_(pc.equal(kind, "OP"), pc.is_null(hp))  # RocketMQ's: matched by queue offset later
+    wanted = pc.or_(pc.and_(follows, outside), pc.equal(kind, "DISCARD_COPY"))
+    side = table.filter(pc.or_(wanted, anonymous))
+    spans = [r.span for r in ranges]
+    side = side.append_column("target", targets(side["half_phys"], spans))
+    side = side.append_column("several", pa.nulls(side.num_rows, pa.bool_()))
+    halves = pc.equal(kind, "HALF")
+    several = pc.any(pc.and_(halves, pc.is_valid(table["tx_seq"]))).as_py() or False
+    marker = {name: pa.nulls(1, f.type) for name, f in zip(SIDE_ARROW.names, SIDE_ARROW, strict=True)}
+    marker |= {
+        "kind": pa.array(["RANGE"]),
+        "target": pa.array([index], pa.int32()),
+        "several": pa.array([several]),
+    }
+    return pa.concat_tables([side.cast(SIDE_ARROW), pa.table(marker, schema=SIDE_ARROW)])
+
+
+def scan(spark: Any, ranges: list[Range], events_path: str) -> Any:
+    """Step 2 as a DataFrame (SIDE_SCHEMA): a task per range (``spark.range`` of one row per partition)."""
+    n = len(ranges)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                yield from scan_range(ranges, index, events_path).to_batches()
+
+    return spark.range(0, n, 1, max(n, 1)).mapInArrow(run, SIDE_SCHEMA)
+
+
+def local_pass_rows(
+    ranges: list[Range], events_path: str, side: pa.Table, columns: tuple[str, ...]
+) -> Iterator[pa.RecordBatch]:
+    """Step 3 for the ranges named in ``side`` (rows of SIDE_ARROW, grouped by ``target``): each range's own events
+    from its part file and its share of ``side``, through :func:`per_transaction` one range at a time."""
+    from txmq.spark.audit import per_transaction
+
+    schema = pa.schema([EVENTS_SCHEMA.field(c) for c in columns])  # Spark may say a column holds no null
+    events = side.filter(pc.is_in(side["kind"], value_set=pa.array(["OP", "RESUME", "DELIVERY"])))
+    for index in pc.unique(side["target"]).to_pylist():
+        mine = events.filter(pc.equal(events["target"], index)).select(list(columns)).cast(schema)
+        parts = [mine]
+        if index != NO_RANGE:
+            own = pq.read_table(part_path(events_path, index), columns=list(columns))
+            lo, hi = ranges[index].span
+            hp = own["half_phys"]
+            parts.insert(0, own.filter(pc.and_(pc.greater_equal(hp, lo), pc.less(hp, hi))))
+        table = pa.concat_tables(parts)
+        yield from per_transaction(iter(table.to_batches()))
+
+
+def local_pass(spark: Any, ranges: list[Range], events_path: str, side: Any, columns: tuple[str, ...]) -> Any:
+    """Step 3 as a DataFrame (txmq.spark.audit.PASS_SCHEMA): ``side`` (with every range's RANGE row, and the
+    foreign events with their ``target``) shuffled by ``target`` into a partition per range."""
+    from pyspark.sql import functions as F
+
+    from txmq.spark.audit import PASS_SCHEMA
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        got = list(batches)
+        if got:
+            yield from local_pass_rows(ranges, events_path, pa.Table.from_batches(got), columns)
+
+    routed = side.filter(F.col("target").isNotNull() & (F.col("kind") != "DISCARD_COPY"))
+    return routed.repartition(max(len(ranges), 1), "target").mapInArrow(run, PASS_SCHEMA)
