@@ -21,7 +21,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from txmq.spark.audit import _PASS_INPUT, PASS_ARROW, deciding_event, per_transaction
+from txmq.spark.audit import PASS_ARROW, PASS_INPUT, deciding_event, per_transaction
 from txmq.spark.store_source import TX_COLUMNS, arrow_schema
 from txmq.txn.rebuild import RESUME as REPLAY_RESUME
 
@@ -114,7 +114,7 @@ def expected(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
 
 @given(partitions(), st.integers(1, 5))
 def test_the_pass_is_the_audits_definition(rows: list[dict[str, Any]], batch_rows: int) -> None:
-    table = pa.Table.from_pylist(rows, schema=SCHEMA).select(list(_PASS_INPUT))
+    table = pa.Table.from_pylist(rows, schema=SCHEMA).select(list(PASS_INPUT))
     got: set[tuple[Any, ...]] = set()
     for batch in per_transaction(iter(table.to_batches(max_chunksize=batch_rows))):
         assert batch.schema == PASS_ARROW

@@ -29,7 +29,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.spark.test_audit_pass import SCHEMA, partitions
 
-from txmq.spark.audit import _PASS_INPUT, anomalies, per_transaction, run_audit, transaction_audit, transaction_events
+from txmq.spark.audit import (
+    PASS_INPUT,
+    anomalies,
+    latency_percentiles,
+    oldest_in_doubt,
+    per_transaction,
+    resolution_counts,
+    run_audit,
+    transaction_audit,
+    transaction_events,
+)
 from txmq.spark.audit_ranges import NO_RANGE, Range, local_pass_rows, part_path, plan_ranges, side_rows
 from txmq.spark.store_source import DEFAULT_SPLIT_BYTES
 
@@ -72,8 +82,8 @@ def test_the_pass_by_range_is_the_pass_over_everything(
         got: set[tuple[Any, ...]] = set()
         for w in range(workers):
             mine = routed.filter(pa.array([where[t] == w for t in routed["target"].to_pylist()], pa.bool_()))
-            got |= rows_of(local_pass_rows(ranges, events_path, mine, _PASS_INPUT))
-    everything = per_transaction(iter(table.select(list(_PASS_INPUT)).to_batches()))
+            got |= rows_of(t for _index, t in local_pass_rows(ranges, events_path, mine, PASS_INPUT))
+    everything = per_transaction(iter(table.select(list(PASS_INPUT)).to_batches()))
     assert got == rows_of(everything)
     assert len(got) == len({r[1] for r in got})  # one row per half commit-log offset
 
@@ -109,11 +119,13 @@ def sorted_rows(df: Any) -> list[tuple[Any, ...]]:
 def test_run_audit_by_range_writes_what_the_audit_over_all_events_gives(
     spark: Any, planted_store: str, tmp_path: Path, split_bytes: int
 ) -> None:
-    ranges = plan_ranges(planted_store, str(tmp_path / "planned"), split_bytes)
+    ranges = plan_ranges(planted_store, {str(tmp_path / "planned"): SCHEMA}, split_bytes)
     assert len(ranges) > 2 if split_bytes == 4096 else len(ranges) == 1
     out = tmp_path / "out"
     result = run_audit(spark, planted_store, str(out), report=False, split_bytes=split_bytes)
-    assert sorted(os.listdir(out / "events.parquet")) == [f"part-{i:05d}.parquet" for i in range(len(ranges))]
+    parts = [f"part-{i:05d}.parquet" for i in range(len(ranges))]
+    assert sorted(os.listdir(out / "events.parquet")) == parts
+    assert set(parts) <= set(os.listdir(out / "audit.parquet"))  # and Spark's, of the transaction of several
 
     events = transaction_events(spark, planted_store)
     assert sorted_rows(spark.read.parquet(str(out / "events.parquet"))) == sorted_rows(events)
@@ -126,6 +138,13 @@ def test_run_audit_by_range_writes_what_the_audit_over_all_events_gives(
     assert summary["anomalies"] == {"COMMIT_WITHOUT_DELIVERY": 1, "DOUBLE_DELIVERY": 1, "DELIVERY_WITHOUT_COMMIT": 2,
                                     "PARTIAL_DELIVERY": 1}  # fmt: skip
     assert result.transactions == audit.count() == 11
+    assert summary["by_group_topic"] == json.loads(json.dumps(resolution_counts(audit)))
+    oldest = [{**r.asDict(), "prepared_at": str(r["prepared_at"])} for r in oldest_in_doubt(audit).collect()]
+    for rows in (oldest, summary["oldest_in_doubt"]):
+        for r in rows:
+            r.pop("age_ms"), r.pop("resolved_at", None)
+    assert summary["oldest_in_doubt"] == json.loads(json.dumps(oldest)) != []
+    assert [r["count"] for r in summary["latency_ms"]] == [r["count"] for r in latency_percentiles(audit).collect()]
 
 
 def test_run_audit_of_an_empty_store(spark: Any, tmp_path: Path) -> None:

@@ -74,37 +74,43 @@ def part_path(events_path: str, index: int) -> str:
     return os.path.join(events_path, f"part-{index:05d}.parquet")
 
 
-def plan_ranges(store: str, events_path: str, split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Range]:
-    """The store's ranges; ``events_path`` emptied (it is filled by the scan's tasks), or holding one empty part
-    file when the store holds no data (so that it reads as an empty table)."""
-    shutil.rmtree(events_path, ignore_errors=True)
-    os.makedirs(events_path, exist_ok=True)
+def plan_ranges(store: str, outputs: dict[str, pa.Schema], split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Range]:
+    """The store's ranges; each folder of ``outputs`` emptied (the tasks fill them, a part file per range), or
+    given one empty part file of its schema when the store holds no data (so that it reads as an empty table)."""
     ranges = [Range(s.path, s.start, s.lo, s.hi, s.first) for s in list_segments(store, split_bytes)]
-    if not ranges:
-        pq.write_table(EVENTS_SCHEMA.empty_table(), part_path(events_path, 0))
+    for folder, schema in outputs.items():
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder, exist_ok=True)
+        if not ranges:
+            write_part(schema.empty_table(), folder, 0)
     return ranges
 
 
-def plan(spark: Any, store: str, events_path: str, split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Range]:
-    """:func:`plan_ranges`, run by an executor (which sees the store and the output folder as the scan's tasks do;
+def write_part(table: pa.Table, folder: str, index: int) -> None:
+    """``table`` as ``folder/part-<index>.parquet``, written under a hidden name (which Spark does not read) and
+    renamed: a retried task replaces its own part."""
+    final = part_path(folder, index)
+    temporary = os.path.join(folder, f".{os.path.basename(final)}.{os.getpid()}.tmp")
+    pq.write_table(table, temporary)
+    os.replace(temporary, final)
+
+
+def plan(spark: Any, store: str, outputs: dict[str, pa.Schema], split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Range]:
+    """:func:`plan_ranges`, run by an executor (which sees the store and the output folders as the scan's tasks do;
     through Spark Connect the client may not)."""
+    fields = [
+        ("path", pa.string()),
+        ("start", pa.int64()),
+        ("lo", pa.int64()),
+        ("hi", pa.int64()),
+        ("first", pa.int64()),
+    ]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:
             pass
-        ranges = plan_ranges(store, events_path, split_bytes)
-        yield pa.RecordBatch.from_pylist(
-            [vars(r) for r in ranges],
-            schema=pa.schema(
-                [
-                    ("path", pa.string()),
-                    ("start", pa.int64()),
-                    ("lo", pa.int64()),
-                    ("hi", pa.int64()),
-                    ("first", pa.int64()),
-                ]
-            ),
-        )
+        ranges = plan_ranges(store, outputs, split_bytes)
+        yield pa.RecordBatch.from_pylist([vars(r) for r in ranges], schema=pa.schema(fields))
 
     rows = spark.range(0, 1, 1, 1).mapInArrow(run, RANGES_SCHEMA).collect()
     return [Range(r["path"], r["start"], r["lo"], r["hi"], r["first"]) for r in rows]
@@ -122,10 +128,7 @@ def targets(half_phys: pa.Array, spans: list[tuple[int, int]]) -> pa.Array:
 def scan_range(ranges: list[Range], index: int, events_path: str, batch_rows: int = SCAN_BATCH_ROWS) -> pa.Table:
     """Step 2 for range ``index``: its part file written, its side output returned (SIDE_ARROW)."""
     table = pa.Table.from_batches(list(transaction_batches(ranges[index].segment(), batch_rows)), EVENTS_SCHEMA)
-    final = part_path(events_path, index)
-    temporary = f"{final}.{os.getpid()}.tmp"
-    pq.write_table(table, temporary)
-    os.replace(temporary, final)
+    write_part(table, events_path, index)
     return side_rows(table, ranges, index)
 
 
@@ -170,10 +173,11 @@ def scan(spark: Any, ranges: list[Range], events_path: str) -> Any:
 
 def local_pass_rows(
     ranges: list[Range], events_path: str, side: pa.Table, columns: tuple[str, ...]
-) -> Iterator[pa.RecordBatch]:
+) -> Iterator[tuple[int, pa.Table]]:
     """Step 3 for the ranges named in ``side`` (rows of SIDE_ARROW, grouped by ``target``): each range's own events
-    from its part file and its share of ``side``, through :func:`per_transaction` one range at a time."""
-    from txmq.spark.audit import per_transaction
+    from its part file and its share of ``side``, through :func:`per_transaction`, one range at a time: (range, its
+    rows of PASS_ARROW)."""
+    from txmq.spark.audit import PASS_ARROW, per_transaction
 
     schema = pa.schema([EVENTS_SCHEMA.field(c) for c in columns])  # Spark may say a column holds no null
     events = side.filter(pc.is_in(side["kind"], value_set=pa.array(["OP", "RESUME", "DELIVERY"])))
@@ -186,20 +190,102 @@ def local_pass_rows(
             hp = own["half_phys"]
             parts.insert(0, own.filter(pc.and_(pc.greater_equal(hp, lo), pc.less(hp, hi))))
         table = pa.concat_tables(parts)
-        yield from per_transaction(iter(table.to_batches()))
+        yield index, pa.Table.from_batches(list(per_transaction(iter(table.to_batches()))), PASS_ARROW)
 
 
-def local_pass(spark: Any, ranges: list[Range], events_path: str, side: Any, columns: tuple[str, ...]) -> Any:
-    """Step 3 as a DataFrame (txmq.spark.audit.PASS_SCHEMA): ``side`` (with every range's RANGE row, and the
-    foreign events with their ``target``) shuffled by ``target`` into a partition per range."""
+# The roles of the rows the audit pass hands Spark (column ``role`` of txmq.spark.audit.REST_SCHEMA).
+SEVERAL = "SEVERAL"  # a half message of a transaction of several messages: grouped in Spark
+ORPHAN = "ORPHAN"  # copies whose half message is not in the store
+ODD = "ODD"  # a transaction of one message that is an anomaly (anything but one copy of a COMMIT, none otherwise)
+OLDEST = "OLDEST"  # one of the range's oldest PENDING transactions of one message (OLDEST_KEPT of them)
+COUNT = "COUNT"  # how many transactions of one message the range has per group, topic and resolution
+OLDEST_KEPT = 20  # txmq.spark.audit.oldest_in_doubt's default limit
+
+
+def audit_pass_rows(
+    ranges: list[Range],
+    events_path: str,
+    audit_path: str,
+    side: pa.Table,
+    journal: pa.Table,
+    discards: pa.Table,
+) -> Iterator[pa.RecordBatch]:
+    """Step 3 with the audit's rules (:func:`txmq.spark.audit.classify`): each range's transactions of one message
+    written as ``audit_path/part-<range>.parquet``; yielded (rows of REST_ARROW) what the summaries and the
+    anomalies need of them, and the rest (see the roles above)."""
+    from txmq.spark.audit import PASS_INPUT, REST_ARROW, classify, single_rows
+
+    for index, rows in local_pass_rows(ranges, events_path, side, PASS_INPUT):
+        orphan = rows["orphan"]
+        halves = classify(rows.filter(pc.invert(orphan)), journal, discards)
+        single = pc.is_null(halves["tx_seq"])
+        singles = halves.filter(single)
+        if index != NO_RANGE:
+            write_part(single_rows(singles), audit_path, index)
+        committed = pc.equal(singles["resolution"], "COMMIT")
+        normal = pc.equal(singles["deliveries"], pc.if_else(committed, 1, 0))
+        pending = singles.filter(pc.equal(singles["resolution"], "PENDING"))
+        order = [("prepared_ms", "ascending"), ("half_commit_log_offset", "ascending")]
+        counts = singles.group_by(["producer_group", "real_topic", "resolution"], use_threads=False).aggregate(
+            [("resolution", "count", pc.CountOptions(mode="all"))]
+        )
+        lone = rows.filter(orphan)
+        parts = [
+            _role(halves.filter(pc.invert(single)), SEVERAL),
+            _role(singles.filter(pc.invert(normal)), ODD),
+            _role(pending.sort_by(order).slice(0, OLDEST_KEPT), OLDEST),
+            _role(
+                pa.table({c: counts[c] for c in ("producer_group", "real_topic", "resolution")}),
+                COUNT,
+                count=counts["resolution_count"],
+            ),
+            _role(
+                pa.table(
+                    {
+                        **{c: lone[c] for c in ("producer_group", "real_topic", "uniq_key", "deliveries")},
+                        "half_commit_log_offset": lone["half_phys"],
+                        "delivered_msg_id": lone["delivered_msg_id"],
+                    }
+                ),
+                ORPHAN,
+            ),
+        ]
+        yield from pa.concat_tables([p.cast(REST_ARROW) for p in parts]).to_batches()
+
+
+def _role(rows: pa.Table, role: str, count: pa.Array | None = None) -> pa.Table:
+    """``rows`` (some columns of REST_ARROW) as rows of REST_ARROW with ``role`` (and ``count``)."""
+    from txmq.spark.audit import REST_ARROW
+
+    n = rows.num_rows
+    columns = {f.name: rows[f.name] if f.name in rows.column_names else pa.nulls(n, f.type) for f in REST_ARROW}
+    columns["role"] = pa.repeat(pa.scalar(role), n)
+    if count is not None:
+        columns["count"] = count
+    return pa.table(columns, schema=REST_ARROW)
+
+
+def audit_pass(
+    spark: Any,
+    ranges: list[Range],
+    events_path: str,
+    audit_path: str,
+    side: Any,
+    journal: pa.Table,
+    discards: pa.Table,
+) -> Any:
+    """Step 3 as a DataFrame (txmq.spark.audit.REST_SCHEMA; its tasks write audit.parquet's parts): ``side`` (with
+    every range's RANGE row, and the foreign events with their ``target``) shuffled by ``target`` into a partition
+    per range (hash partitioning: a partition may get two ranges, another none)."""
     from pyspark.sql import functions as F
 
-    from txmq.spark.audit import PASS_SCHEMA
+    from txmq.spark.audit import REST_SCHEMA
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         got = list(batches)
         if got:
-            yield from local_pass_rows(ranges, events_path, pa.Table.from_batches(got), columns)
+            side = pa.Table.from_batches(got)
+            yield from audit_pass_rows(ranges, events_path, audit_path, side, journal, discards)
 
     routed = side.filter(F.col("target").isNotNull() & (F.col("kind") != "DISCARD_COPY"))
-    return routed.repartition(max(len(ranges), 1), "target").mapInArrow(run, PASS_SCHEMA)
+    return routed.repartition(max(len(ranges), 1), "target").mapInArrow(run, REST_SCHEMA)
