@@ -712,14 +712,16 @@ def run_audit(
             rest = rest.persist(StorageLevel.MEMORY_AND_DISK)
             role = col("role")
             several = rest.filter(role == audit_ranges.SEVERAL).count()
-            grouped = _one_row_per_transaction(with_times(rest.filter(role == audit_ranges.SEVERAL)), several=True)
+            odd = rest.filter(role.isin(audit_ranges.ODD, audit_ranges.OLDEST))
+            kept = _one_row_per_transaction(with_times(odd), several=False)
+            grouped = kept.limit(0)
             if several:
+                grouped = _one_row_per_transaction(with_times(rest.filter(role == audit_ranges.SEVERAL)), several=True)
                 grouped.write.mode("append").parquet(audit_path)
+                kept = kept.unionByName(grouped)
             lap("audit")
             # The summaries and the anomalies from what the pass kept: the anomalies and the oldest in doubt among
             # the transactions of one message, their counts, and the transactions of several messages.
-            odd = rest.filter(role.isin(audit_ranges.ODD, audit_ranges.OLDEST))
-            kept = _one_row_per_transaction(with_times(odd), several=False).unionByName(grouped)
             orphans = rest.filter(role == audit_ranges.ORPHAN).withColumn("orphan", F.lit(True))
             found = anomalies(kept, None, orphans=orphans)
             found.write.mode("overwrite").parquet(os.path.join(out_dir, "anomalies.parquet"))
