@@ -4,20 +4,23 @@ store without handing every transaction record to Spark.
 A half message's op records and copies are written after it, almost always a few records later, so nearly every
 event of a transaction lies in the same commit-log range (a ``txmq-store`` partition, 64 MiB) as its half message.
 
-1. :func:`plan` (one Python task): the ranges of the store's segments (:func:`list_segments`), and an empty
-   ``events.parquet`` folder.
+1. :func:`plan` (one Python task): the ranges of the store's segments (:func:`list_segments`), and empty
+   ``events.parquet`` and ``audit.parquet`` folders.
 2. :func:`scan` (a task per range): the range's ``transactions`` view (:func:`transaction_batches`) is written by
    the task itself, with pyarrow, as ``events.parquet/part-<range>.parquet``; what goes to Spark is only what
    other ranges need: the op records and copies whose half message lies in another range ("foreign", with the
    range it lies in), RocketMQ's op markers that name no half message, the discard copies (for their check
    counts), and one row per range saying it was read and whether it holds transactions of several messages.
-3. :func:`local_pass` (a task per few ranges, after a shuffle of that small output by range): each range's own
+3. :func:`audit_pass` (a task per few ranges, after a shuffle of that small output by range): each range's own
    events read back from its part file (the columns the pass reads), with the foreign events that belong to its
-   half messages, go through :func:`txmq.spark.audit.per_transaction`. Events whose half message lies in no range
-   (retention removed it) meet in a group of their own and come out as orphan copies.
+   half messages, go through :func:`txmq.spark.audit.per_transaction` (:func:`local_pass_rows`) and
+   :func:`txmq.spark.audit.classify`; the transactions of one message are written as
+   ``audit.parquet/part-<range>.parquet``, and what the summaries need of them goes to Spark (the roles below).
+   Events whose half message lies in no range (retention removed it) meet in a group of their own and come out as
+   orphan copies.
 
-Only the pass's rows (one per half message) and the small side output cross into the JVM. The part files are
-named by range, written to a temporary name and renamed, so a retried task replaces its own file.
+Only a few rows per range cross into the JVM. The part files are named by range, written to a hidden name and
+renamed, so a retried task replaces its own file.
 """
 
 from __future__ import annotations
@@ -70,8 +73,8 @@ class Range:
         return Segment(self.path, self.start, self.lo, self.hi, self.first)
 
 
-def part_path(events_path: str, index: int) -> str:
-    return os.path.join(events_path, f"part-{index:05d}.parquet")
+def part_path(folder: str, index: int) -> str:
+    return os.path.join(folder, f"part-{index:05d}.parquet")
 
 
 def plan_ranges(store: str, outputs: dict[str, pa.Schema], split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Range]:
