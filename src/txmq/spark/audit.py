@@ -399,9 +399,6 @@ class TransactionPass:
 
     rows: DataFrame  # PASS_SCHEMA
     several: bool
-    # The discard copies (rows of the transactions view with kind DISCARD_COPY) when the pass was made without the
-    # whole events (run_audit's scan by range); None: the audit takes them from its events.
-    discards: DataFrame | None = None
 
 
 def transaction_pass(spark: SparkSession, store: str, events: DataFrame) -> TransactionPass:
@@ -460,18 +457,14 @@ def transaction_audit(
     spark: SparkSession, store: str, events: DataFrame | None = None, prepared: TransactionPass | None = None
 ) -> DataFrame:
     """One row per transaction in ``store`` (see AUDIT_COLUMNS): a half message, or the messages of a transaction
-    of several together; lazily evaluated but for one small job (see :func:`transaction_pass`).
+    of several together; lazily evaluated but for two small jobs (see :func:`transaction_pass`; the discard copies'
+    check counts, collected for :func:`classify`). :func:`run_audit` gives the same rows by commit-log range.
 
     ``events`` defaults to :func:`transaction_events`, which several steps of the plan read; pass a cached or
-    materialised copy (as :func:`run_audit` does) to scan the store once. ``prepared`` is the pass over them when the
-    caller reuses it (run_audit caches it and takes the orphan copies from it too)."""
-    if prepared is not None and prepared.discards is not None:
-        done, copies = prepared, prepared.discards
-    else:
-        ev = events if events is not None else transaction_events(spark, store)
-        done = prepared if prepared is not None else transaction_pass(spark, store, ev)
-        copies = ev.filter(F.col("kind") == "DISCARD_COPY")
-    journal, discards = journal_checks(store), discard_checks(copies)
+    materialised copy to scan the store once. ``prepared`` is the pass over them when the caller reuses it."""
+    ev = events if events is not None else transaction_events(spark, store)
+    done = prepared if prepared is not None else transaction_pass(spark, store, ev)
+    journal, discards = journal_checks(store), discard_checks(ev.filter(F.col("kind") == "DISCARD_COPY"))
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
