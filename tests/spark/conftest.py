@@ -89,3 +89,64 @@ def spark_package(tmp_path_factory: pytest.TempPathFactory) -> object:
     from txmq.spark.package import write_package
 
     return write_package(tmp_path_factory.mktemp("spark-package"))
+
+
+@pytest.fixture
+def planted_store(tmp_path: Path) -> str:
+    """A store of one 1 MiB segment with a transaction of every kind the audit tells apart, anomalies planted (a
+    commit without its copy, a double copy, a copy of a rolled-back one, a copy without its half message, a
+    transaction of several messages delivered in part), RocketMQ's marker with no half offset, resumes, discards."""
+    from txmq.spark.synthetic import (
+        delivery_record,
+        discard_copy,
+        half_record,
+        op_record,
+        open_store,
+        resume_record,
+    )
+
+    root = str(tmp_path / "store")
+    store = open_store(root, 1 << 20)
+    now = 1_700_000_000_000
+    try:
+        names = ["no_delivery", "double", "rolled_back_but_delivered", "rocketmq_marker", "fine"]
+        names += ["resumed", "discarded_then_committed", "crash_before_marker", "discarded"]
+        # Two transactions of three messages each: one delivered whole, one only in part.
+        names += ["whole_0", "whole_1", "whole_2", "partial_0", "partial_1", "partial_2"]
+        halves = [half_record("PG", "T", name.upper(), now) for name in names]
+        for h in halves:
+            name = h.properties["UNIQ_KEY"].lower()
+            if name[:-1] in ("whole_", "partial_"):
+                h.properties.update({"TXMQ_TX_ID": name[:-2].upper(), "TXMQ_TX_SEQ": name[-1]})
+        results = store.put_many_sync(halves)
+        phys = {n: (r.physical_offset, r.queue_offset) for n, r in zip(names, results, strict=True)}
+        half = dict(zip(names, halves, strict=True))
+        records = [
+            op_record(*phys["no_delivery"], "COMMIT", now + 10, "OP1"),
+            delivery_record(half["double"], phys["double"][0]),
+            delivery_record(half["double"], phys["double"][0]),
+            op_record(*phys["double"], "COMMIT", now + 10, "OP2"),
+            op_record(*phys["rolled_back_but_delivered"], "ROLLBACK", now + 10, "OP3"),
+            delivery_record(half["rolled_back_but_delivered"], phys["rolled_back_but_delivered"][0]),
+            delivery_record(half["rocketmq_marker"], phys["rocketmq_marker"][0]),
+            op_record(None, phys["rocketmq_marker"][1], None, now + 10, "OP4"),
+            delivery_record(half["fine"], phys["fine"][0]),
+            op_record(*phys["fine"], "COMMIT", now + 10, "OP5"),
+            delivery_record(half_record("PG", "T", "ORPHAN", now), 987_654_321),
+            op_record(*phys["resumed"], "DISCARD", now + 10, "OP6"),
+            resume_record(phys["resumed"][0], phys["resumed"][1], now + 20),
+            op_record(*phys["discarded_then_committed"], "DISCARD", now + 10, "OP7"),
+            delivery_record(half["discarded_then_committed"], phys["discarded_then_committed"][0]),
+            op_record(*phys["discarded_then_committed"], "COMMIT", now + 30, "OP8"),
+            delivery_record(half["crash_before_marker"], phys["crash_before_marker"][0]),
+            discard_copy(half["discarded"], 15),
+            op_record(*phys["discarded"], "DISCARD", now + 40, "OP9"),
+            *(delivery_record(half[f"whole_{i}"], phys[f"whole_{i}"][0]) for i in range(3)),
+            *(op_record(*phys[f"whole_{i}"], "COMMIT", now + 50, f"OPW{i}") for i in range(3)),
+            *(delivery_record(half[f"partial_{i}"], phys[f"partial_{i}"][0]) for i in range(2)),
+            *(op_record(*phys[f"partial_{i}"], "COMMIT", now + 50, f"OPP{i}") for i in range(3)),
+        ]
+        assert all(r.ok for r in store.put_many_sync(records))
+    finally:
+        store.shutdown()
+    return root

@@ -4,7 +4,8 @@ the op events sorted by commit-log offset (then action, then born time) and repl
 (``deciding_event``), the deciding event's born time, the copies counted with the first one's offsetMsgId and the
 earliest store time, and the copies whose half message is absent reported as orphans. Hypothesis builds partitions
 of any mix (several markers in one record, resume records, unknown decisions, double copies, orphans), cut into
-Arrow batches of any size. No Spark session: the function runs as an executor runs it.
+Arrow batches of any size. No Spark session: the function runs as an executor runs it. The same for ``classify``,
+which makes a half message's audit row of the pass's row, the journal's and the discard copies' check counts.
 """
 
 # ruff: noqa: E402  (txmq.spark imports pyspark: the skip must come first)
@@ -18,10 +19,19 @@ for _module in ("pyspark", "pyarrow"):
     pytest.importorskip(_module, reason="pyspark/pyarrow are not installed: pip install -e '.[spark]' (.ci/run does)")
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from hypothesis import given
 from hypothesis import strategies as st
 
-from txmq.spark.audit import _PASS_INPUT, PASS_ARROW, deciding_event, per_transaction
+from txmq.spark.audit import (
+    PASS_ARROW,
+    PASS_INPUT,
+    PER_HALF_ARROW,
+    classify,
+    deciding_event,
+    per_transaction,
+    single_rows,
+)
 from txmq.spark.store_source import TX_COLUMNS, arrow_schema
 from txmq.txn.rebuild import RESUME as REPLAY_RESUME
 
@@ -114,7 +124,7 @@ def expected(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
 
 @given(partitions(), st.integers(1, 5))
 def test_the_pass_is_the_audits_definition(rows: list[dict[str, Any]], batch_rows: int) -> None:
-    table = pa.Table.from_pylist(rows, schema=SCHEMA).select(list(_PASS_INPUT))
+    table = pa.Table.from_pylist(rows, schema=SCHEMA).select(list(PASS_INPUT))
     got: set[tuple[Any, ...]] = set()
     for batch in per_transaction(iter(table.to_batches(max_chunksize=batch_rows))):
         assert batch.schema == PASS_ARROW
@@ -122,3 +132,93 @@ def test_the_pass_is_the_audits_definition(rows: list[dict[str, Any]], batch_row
             got.add(tuple(r.values()))
     assert got == expected(rows)
     assert len(got) == len({r[1] for r in got})  # one row per half commit-log offset
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# classify: a half message's audit row from the pass's row, the journal's check counts and the discard copies'.
+
+PASS_DECISIONS = ["COMMIT", "ROLLBACK", "UNKNOWN", "DISCARD", "RESUME", "X", None]
+
+
+@st.composite
+def half_rows(draw: st.DrawFn) -> list[dict[str, Any]]:
+    out = []
+    for h in draw(st.lists(st.integers(0, 30), unique=True, max_size=12)):
+        decision = draw(st.sampled_from(PASS_DECISIONS))
+        deliveries = draw(st.integers(0, 2))
+        out.append(
+            {
+                "orphan": False,
+                "half_phys": h,
+                "producer_group": draw(st.sampled_from(["PG", "PG2", None])),
+                "real_topic": "T",
+                "transaction_id": f"tx{h}",
+                "uniq_key": draw(st.sampled_from(["u1", "u2", f"u{h}", None])),
+                "prepared_ms": 1_000 + h,
+                "tx_seq": draw(st.sampled_from([None, 0])),
+                "decision": decision,
+                "decision_ms": None if decision is None else 2_000 + h,
+                "deliveries": deliveries,
+                "delivered_msg_id": f"id{h}" if deliveries else None,
+                "delivered_ms": 3_000 + h if deliveries else None,
+            }
+        )
+    return out
+
+
+def audit_row(r: dict[str, Any], journal: dict[int, int], discards: dict[tuple[str, str], int]) -> tuple[Any, ...]:
+    d, n = r["decision"], r["deliveries"]
+    if d in ("COMMIT", "ROLLBACK"):
+        resolution = d
+    elif d == "UNKNOWN":
+        resolution = "COMMIT" if n else "ROLLBACK"
+    elif d == "DISCARD":
+        resolution = "DISCARDED"
+    else:
+        resolution = "COMMIT" if n else "PENDING"
+    resolved = r["decision_ms"] if d is not None else (r["delivered_ms"] if n else None)
+    checks = journal.get(r["half_phys"])
+    if checks is None and resolution == "DISCARDED":
+        checks = discards.get((r["uniq_key"], r["producer_group"]))
+    if checks is None and resolution in ("PENDING", "DISCARDED"):
+        checks = 0
+    took = None if resolved is None else resolved - r["prepared_ms"]
+    return (r["producer_group"], "T", r["transaction_id"], r["uniq_key"], r["half_phys"], r["prepared_ms"], resolved,
+            resolution, checks, took, r["delivered_msg_id"], n, r["tx_seq"])  # fmt: skip
+
+
+@given(
+    half_rows(),
+    st.dictionaries(st.integers(0, 30), st.integers(1, 5), max_size=8),
+    st.dictionaries(st.tuples(st.sampled_from(["u1", "u2", "u3"]), st.sampled_from(["PG", "PG2"])), st.integers(0, 20)),
+)
+def test_classify_is_the_audits_rules(
+    rows: list[dict[str, Any]], journal: dict[int, int], discards: dict[tuple[str, str], int]
+) -> None:
+    table = pa.Table.from_pylist(rows, schema=PASS_ARROW)
+    checks = pa.table(
+        {
+            "half_phys": pa.array(list(journal), pa.int64()),
+            "journal_checks": pa.array(list(journal.values()), pa.int32()),
+        }
+    )
+    copies = pa.table(
+        {
+            "uniq_key": pa.array([k[0] for k in discards], pa.string()),
+            "producer_group": pa.array([k[1] for k in discards], pa.string()),
+            "discard_checks": pa.array(list(discards.values()), pa.int32()),
+        }
+    )
+    got = classify(table, checks, copies)
+    assert got.schema == PER_HALF_ARROW
+    assert sorted(map(tuple, (r.values() for r in got.to_pylist())), key=repr) == sorted(
+        (audit_row(r, journal, discards) for r in rows), key=repr
+    )
+    singles = single_rows(got.filter(pc.is_null(got["tx_seq"])))
+    for r in singles.to_pylist():
+        assert (r["messages"], r["messages_delivered"], r["max_deliveries"]) == (
+            1,
+            int(r["deliveries"] > 0),
+            r["deliveries"],
+        )
+        assert round(r["prepared_at"].timestamp() * 1000) == r["half_commit_log_offset"] + 1_000

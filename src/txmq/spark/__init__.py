@@ -55,6 +55,9 @@ def _ship_package(spark: Any) -> None:
         spark.addArtifacts(path, pyfile=True)
 
 
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1"  # a local session's JVM (get_spark): C1 only; conf= may say otherwise
+
+
 def get_spark(
     master: str | None = None,
     app_name: str = "txmq",
@@ -67,7 +70,8 @@ def get_spark(
     ``remote="sc://host:port"``: a Spark Connect session (``pip install 'txmq[spark-connect]'``), with txmq shipped
     to the server (see :func:`register`). Otherwise, under ``spark-submit`` the submitted master and settings are used
     as they are, and outside it ``master`` (default ``local[*]``). Workers run this same Python unless PYSPARK_PYTHON
-    (``spark.pyspark.python``) says otherwise.
+    (``spark.pyspark.python``) says otherwise. A JVM started here gets JVM_OPTIONS unless ``conf`` sets
+    ``spark.driver.extraJavaOptions``.
     """
     from pyspark.sql import SparkSession
 
@@ -85,6 +89,9 @@ def get_spark(
         builder = builder.master(master or "local[*]")
     if not submitted:
         builder = builder.config("spark.ui.showConsoleProgress", "false").config("spark.sql.session.timeZone", "UTC")
+        # The JVM started here runs short jobs whose rows are mostly handled in Python: compiling its hot code with
+        # C2 costs more CPU than the code then saves (bench/RESULTS.md, "The audit by commit-log range").
+        builder = builder.config("spark.driver.extraJavaOptions", JVM_OPTIONS)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

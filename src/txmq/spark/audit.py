@@ -29,8 +29,9 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from txmq.spark import audit_ranges
 from txmq.spark.errors import TxmqSparkError
-from txmq.spark.store_source import commitlog_dir
+from txmq.spark.store_source import DEFAULT_SPLIT_BYTES, commitlog_dir
 from txmq.txn.journal import JOURNAL_NAME, LEGACY_CHECKS_NAME, parse_journal, parse_legacy_checks
 from txmq.txn.rebuild import RESUME as REPLAY_RESUME
 from txmq.txn.rebuild import Folded, OpEvent, fold
@@ -68,7 +69,7 @@ def deciding_event(actions: tuple[str, ...]) -> tuple[int, str] | None:
 
 
 # The columns of the transactions view that the per-transaction pass reads (one shuffle of these, by half_phys).
-_PASS_INPUT = (
+PASS_INPUT = (
     "kind",
     "commit_log_offset",
     "half_phys",
@@ -221,9 +222,10 @@ def transaction_events(spark: SparkSession, store: str) -> DataFrame:
     return spark.read.format("txmq-store").option("view", "transactions").load(store)
 
 
-def check_counts(spark: SparkSession, store: str) -> DataFrame:
-    """Checks sent per half message, as (half_phys, checks): ``C`` lines of ``config/transactionJournal.log`` (an
-    unterminated last line is a torn append and is ignored), else the older ``transactionChecks.json``."""
+def journal_checks(store: str) -> pa.Table:
+    """Checks sent per half message, as a table (half_phys int64, journal_checks int32): ``C`` lines of
+    ``config/transactionJournal.log`` (an unterminated last line is a torn append and is ignored), else the older
+    ``transactionChecks.json``. Read where this runs (the driver)."""
     config = os.path.join(store, "config")
     journal = os.path.join(config, JOURNAL_NAME)
     try:
@@ -240,8 +242,140 @@ def check_counts(spark: SparkSession, store: str) -> DataFrame:
             raise TxmqSparkError(f"transaction check counts {legacy} are unreadable: {exc}") from None
     except OSError as exc:
         raise TxmqSparkError(f"transaction journal {journal} is unreadable: {exc}") from None
-    counts = {phys: len(checks) for phys, checks in attempts.items()}
-    return spark.createDataFrame(list(counts.items()), "half_phys bigint, journal_checks int")
+    return pa.table(
+        {
+            "half_phys": pa.array(list(attempts), pa.int64()),
+            "journal_checks": pa.array([len(c) for c in attempts.values()], pa.int32()),
+        }
+    )
+
+
+def discard_checks(copies: DataFrame) -> pa.Table:
+    """The discard copies' check counts (TRANSACTION_CHECK_TIMES), the largest per (uniq_key, producer_group), as a
+    table collected to the driver: a DISCARDED transaction the journal says nothing of takes its count from there."""
+    col = F.col
+    found = (
+        copies.filter(col("uniq_key").isNotNull() & col("producer_group").isNotNull())
+        .groupBy("uniq_key", "producer_group")
+        .agg(F.max("checks").alias("discard_checks"))
+        .collect()
+    )
+    return pa.table(
+        {
+            "uniq_key": pa.array([r["uniq_key"] for r in found], pa.string()),
+            "producer_group": pa.array([r["producer_group"] for r in found], pa.string()),
+            "discard_checks": pa.array([r["discard_checks"] for r in found], pa.int32()),
+        }
+    )
+
+
+# A half message's audit row before the grouping of transactions of several messages: times in epoch ms.
+PER_HALF_SCHEMA = (
+    "producer_group string, real_topic string, transaction_id string, uniq_key string, half_commit_log_offset bigint,"
+    " prepared_ms bigint, resolved_ms bigint, resolution string, checks_sent int, time_to_resolution_ms bigint,"
+    " delivered_msg_id string, deliveries int, tx_seq int"
+)
+PER_HALF_ARROW = pa.schema(
+    [pa.field(n, _ARROW_TYPES[t]) for n, t in (f.strip().split(" ") for f in PER_HALF_SCHEMA.split(","))]
+)
+
+
+def classify(rows: pa.Table, journal: pa.Table, discards: pa.Table) -> pa.Table:
+    """The audit's rules (module docstring, docs/transactions.md §4.3) for the pass's rows of half messages (rows
+    of PASS_ARROW with ``orphan`` false), in PER_HALF_ARROW: the resolution from the decision and the copies, when
+    it was resolved, and the checks sent (the journal's count, else for a DISCARDED one its discard copy's, else 0
+    for one PENDING or DISCARDED)."""
+    t = rows.join(journal, "half_phys", join_type="left outer", use_threads=False)
+    t = t.join(discards, ["uniq_key", "producer_group"], join_type="left outer", use_threads=False)
+    deliveries = pc.coalesce(t["deliveries"], pa.scalar(0, pa.int32()))
+    delivered = pc.greater(deliveries, 0)
+    decision = t["decision"]
+
+    def said(text: str) -> pa.Array:
+        return pc.fill_null(pc.equal(decision, text), False)
+
+    unknown = said("UNKNOWN")
+    cases = [
+        (said("COMMIT"), "COMMIT"),
+        (said("ROLLBACK"), "ROLLBACK"),
+        (pc.and_(unknown, delivered), "COMMIT"),  # a RocketMQ marker, copy stored
+        (unknown, "ROLLBACK"),
+        (said("DISCARD"), "DISCARDED"),
+        (delivered, "COMMIT"),  # copy stored, marker lost to a crash
+    ]
+    resolution = pc.case_when(
+        pc.make_struct(*[c for c, _ in cases], field_names=[str(i) for i in range(len(cases))]),
+        *[pa.scalar(v) for _, v in cases],
+        pa.scalar("PENDING"),
+    )
+    none = pa.scalar(None, pa.int64())
+    resolved_ms = pc.if_else(pc.is_valid(decision), t["decision_ms"], pc.if_else(delivered, t["delivered_ms"], none))
+    discarded = pc.equal(resolution, "DISCARDED")
+    unresolved = pc.is_in(resolution, value_set=pa.array(["PENDING", "DISCARDED"]))
+    nothing = pa.scalar(None, pa.int32())
+    checks = pc.coalesce(
+        t["journal_checks"],
+        pc.if_else(discarded, t["discard_checks"], nothing),
+        pc.if_else(unresolved, pa.scalar(0, pa.int32()), nothing),
+    )
+    return pa.table(
+        {
+            "producer_group": t["producer_group"],
+            "real_topic": t["real_topic"],
+            "transaction_id": t["transaction_id"],
+            "uniq_key": t["uniq_key"],
+            "half_commit_log_offset": t["half_phys"],
+            "prepared_ms": t["prepared_ms"],
+            "resolved_ms": resolved_ms,
+            "resolution": resolution,
+            "checks_sent": checks,
+            "time_to_resolution_ms": pc.subtract(resolved_ms, t["prepared_ms"]),
+            "delivered_msg_id": t["delivered_msg_id"],
+            "deliveries": deliveries,
+            "tx_seq": t["tx_seq"],
+        },
+        schema=PER_HALF_ARROW,
+    )
+
+
+# What run_audit's pass by range hands Spark (txmq.spark.audit_ranges.audit_pass): rows of PER_HALF_SCHEMA of
+# transactions of several messages (to be grouped), and the copies whose half message is not in the store (orphan).
+REST_SCHEMA = PER_HALF_SCHEMA + ", role string, count bigint"
+REST_ARROW = PER_HALF_ARROW.append(pa.field("role", pa.string())).append(pa.field("count", pa.int64()))
+
+AUDIT_ARROW = pa.schema(
+    [
+        *(PER_HALF_ARROW.field(c) for c in ("producer_group", "real_topic", "transaction_id", "uniq_key")),
+        pa.field("half_commit_log_offset", pa.int64()),
+        pa.field("prepared_at", pa.timestamp("us", tz="UTC")),
+        pa.field("resolved_at", pa.timestamp("us", tz="UTC")),
+        *(PER_HALF_ARROW.field(c) for c in ("resolution", "checks_sent", "time_to_resolution_ms", "delivered_msg_id")),
+        *(pa.field(c, pa.int32()) for c in ("deliveries", "messages", "messages_delivered", "max_deliveries")),
+    ]
+)
+
+
+def single_rows(per_half: pa.Table) -> pa.Table:
+    """Rows of PER_HALF_ARROW of transactions of one message (``tx_seq`` null) as audit.parquet rows (AUDIT_ARROW):
+    what :func:`transaction_audit` gives for them."""
+    n = per_half.num_rows
+    deliveries = per_half["deliveries"]
+
+    def at(name: str) -> pa.Array:
+        return pc.cast(pc.multiply(per_half[name], 1000), pa.timestamp("us", tz="UTC"))
+
+    return pa.table(
+        {
+            **{c: per_half[c] for c in AUDIT_COLUMNS[:5]},
+            "prepared_at": at("prepared_ms"),
+            "resolved_at": at("resolved_ms"),
+            **{c: per_half[c] for c in AUDIT_COLUMNS[7:12]},
+            "messages": pa.repeat(pa.scalar(1, pa.int32()), n),
+            "messages_delivered": pc.cast(pc.greater(deliveries, 0), pa.int32()),
+            "max_deliveries": deliveries,
+        },
+        schema=AUDIT_ARROW,
+    )
 
 
 PASS_PARTITION_BYTES = 128 << 20  # the per-transaction pass: a partition per this much commit log
@@ -278,7 +412,7 @@ def transaction_pass(spark: SparkSession, store: str, events: DataFrame) -> Tran
     ).first()
     anonymous = bool(facts is not None and facts["anonymous"])
     several = bool(facts is not None and facts["several"])
-    keyed = events.filter(col("half_phys").isNotNull()).select(*_PASS_INPUT)
+    keyed = events.filter(col("half_phys").isNotNull()).select(*PASS_INPUT)
     if anonymous:
         # RocketMQ's markers are matched to their half message by its queue offset: a join over every half message,
         # made only when the store has such markers.
@@ -289,7 +423,7 @@ def transaction_pass(spark: SparkSession, store: str, events: DataFrame) -> Tran
             events.filter(is_op & col("half_phys").isNull())
             .join(halves, col("half_queue_offset") == col("q"))
             .withColumn("half_phys", col("hp"))
-            .select(*_PASS_INPUT)
+            .select(*PASS_INPUT)
         )
         keyed = keyed.unionByName(found)
     rows = _slim(keyed).repartition(pass_partitions(store), "half_phys").mapInArrow(per_transaction, PASS_SCHEMA)
@@ -323,66 +457,36 @@ def transaction_audit(
     spark: SparkSession, store: str, events: DataFrame | None = None, prepared: TransactionPass | None = None
 ) -> DataFrame:
     """One row per transaction in ``store`` (see AUDIT_COLUMNS): a half message, or the messages of a transaction
-    of several together; lazily evaluated but for one small job (see :func:`transaction_pass`).
+    of several together; lazily evaluated but for two small jobs (see :func:`transaction_pass`; the discard copies'
+    check counts, collected for :func:`classify`). :func:`run_audit` gives the same rows by commit-log range.
 
     ``events`` defaults to :func:`transaction_events`, which several steps of the plan read; pass a cached or
-    materialised copy (as :func:`run_audit` does) to scan the store once. ``prepared`` is the pass over them when the
-    caller reuses it (run_audit caches it and takes the orphan copies from it too)."""
+    materialised copy to scan the store once. ``prepared`` is the pass over them when the caller reuses it."""
     ev = events if events is not None else transaction_events(spark, store)
     done = prepared if prepared is not None else transaction_pass(spark, store, ev)
-    col = F.col
-    discard_checks = (
-        ev.filter((col("kind") == "DISCARD_COPY") & col("uniq_key").isNotNull())
-        .groupBy(col("uniq_key").alias("dk"), col("producer_group").alias("dg"))
-        .agg(F.max("checks").alias("discard_checks"))
-    )
-    joined = (
-        done.rows.filter(~col("orphan"))
-        .join(F.broadcast(check_counts(spark, store)), "half_phys", "left")
-        .join(
-            F.broadcast(discard_checks), (col("uniq_key") == col("dk")) & (col("producer_group") == col("dg")), "left"
-        )
-        .withColumn("deliveries", F.coalesce(col("deliveries"), F.lit(0)))
-    )
-    decision = col("decision")
-    resolution = (
-        F.when(decision == "COMMIT", F.lit("COMMIT"))
-        .when(decision == "ROLLBACK", F.lit("ROLLBACK"))
-        .when((decision == "UNKNOWN") & (col("deliveries") > 0), F.lit("COMMIT"))  # a RocketMQ marker, copy stored
-        .when(decision == "UNKNOWN", F.lit("ROLLBACK"))
-        .when(decision == "DISCARD", F.lit("DISCARDED"))
-        .when(col("deliveries") > 0, F.lit("COMMIT"))  # copy stored, marker lost to a crash
-        .otherwise(F.lit("PENDING"))
-    )
-    resolved_ms = F.when(decision.isNotNull(), col("decision_ms")).when(col("deliveries") > 0, col("delivered_ms"))
-    checks = F.coalesce(
-        col("journal_checks"),
-        F.when(col("resolution") == "DISCARDED", col("discard_checks")),
-        F.when(col("resolution").isin("PENDING", "DISCARDED"), F.lit(0)),
-    )
-    per_half = (
-        joined.withColumn("resolution", resolution)
-        .withColumn("resolved_ms", resolved_ms)
-        .select(
-            "producer_group",
-            "real_topic",
-            "transaction_id",
-            "uniq_key",
-            col("half_phys").alias("half_commit_log_offset"),
-            F.timestamp_millis("prepared_ms").alias("prepared_at"),
-            F.timestamp_millis("resolved_ms").alias("resolved_at"),
-            "resolution",
-            checks.cast("int").alias("checks_sent"),
-            (col("resolved_ms") - col("prepared_ms")).alias("time_to_resolution_ms"),
-            "delivered_msg_id",
-            col("deliveries").cast("int").alias("deliveries"),
-            "tx_seq",
-        )
-    )
+    journal, discards = journal_checks(store), discard_checks(ev.filter(F.col("kind") == "DISCARD_COPY"))
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            yield from classify(pa.Table.from_batches([batch]), journal, discards).to_batches()
+
+    per_half = with_times(done.rows.filter(~F.col("orphan")).mapInArrow(run, PER_HALF_SCHEMA))
     return _one_row_per_transaction(per_half, several=done.several)
 
 
 _PER_HALF = AUDIT_COLUMNS[: AUDIT_COLUMNS.index("messages")]
+
+
+def with_times(per_half: DataFrame) -> DataFrame:
+    """Rows of PER_HALF_SCHEMA with their times as timestamps: the per-half audit rows."""
+    col = F.col
+    return per_half.select(
+        *AUDIT_COLUMNS[:5],
+        F.timestamp_millis("prepared_ms").alias("prepared_at"),
+        F.timestamp_millis("resolved_ms").alias("resolved_at"),
+        *AUDIT_COLUMNS[7:12],
+        col("tx_seq"),
+    )
 
 
 def _one_row_per_transaction(per_half: DataFrame, *, several: bool) -> DataFrame:
@@ -420,11 +524,16 @@ def _one_row_per_transaction(per_half: DataFrame, *, several: bool) -> DataFrame
 # Summaries
 
 
-def resolution_counts(audit: DataFrame) -> list[dict[str, Any]]:
+def resolution_counts(audit: DataFrame, counted: DataFrame | None = None) -> list[dict[str, Any]]:
     """Transactions per producer group, topic and resolution, one job: a row per (group, topic) in that order (nulls
-    first), with a count per resolution (0 when none), as ``summary.json``'s ``by_group_topic``."""
+    first), with a count per resolution (0 when none), as ``summary.json``'s ``by_group_topic``. ``counted``: rows
+    (producer_group, real_topic, resolution, count) of transactions counted elsewhere, added."""
+    keys = ("producer_group", "real_topic", "resolution")
+    grouped = audit.groupBy(*keys).count()
+    if counted is not None:
+        grouped = grouped.unionByName(counted).groupBy(*keys).agg(F.sum("count").alias("count"))
     table: dict[tuple[Any, Any], dict[str, Any]] = {}
-    for r in audit.groupBy("producer_group", "real_topic", "resolution").count().collect():
+    for r in grouped.collect():
         key = (r["producer_group"], r["real_topic"])
         row = table.setdefault(key, {"producer_group": key[0], "real_topic": key[1], **dict.fromkeys(RESOLUTIONS, 0)})
         row[r["resolution"]] = int(r["count"])
@@ -438,16 +547,16 @@ def resolution_counts(audit: DataFrame) -> list[dict[str, Any]]:
 def latency_percentiles(audit: DataFrame) -> DataFrame:
     """Time from prepare to decision (ms) per resolution: count, p50, p90, p99, max."""
     lat = F.col("time_to_resolution_ms")
+    q = F.col("q")
     return (
         audit.filter(F.col("resolution") != "PENDING")
         .groupBy("resolution")
         .agg(
             F.count(F.lit(1)).alias("count"),
-            F.percentile_approx(lat, 0.5).alias("p50_ms"),
-            F.percentile_approx(lat, 0.9).alias("p90_ms"),
-            F.percentile_approx(lat, 0.99).alias("p99_ms"),
+            F.percentile_approx(lat, [0.5, 0.9, 0.99]).alias("q"),  # one sketch, read three times
             F.max(lat).alias("max_ms"),
         )
+        .select("resolution", "count", q[0].alias("p50_ms"), q[1].alias("p90_ms"), q[2].alias("p99_ms"), "max_ms")
         .orderBy("resolution")
     )
 
@@ -462,12 +571,15 @@ def oldest_in_doubt(audit: DataFrame, limit: int = 20, now_ms: int | None = None
     )
 
 
-def anomalies(audit: DataFrame, events: DataFrame | TransactionPass) -> DataFrame:
+def anomalies(
+    audit: DataFrame, events: DataFrame | TransactionPass | None, *, orphans: DataFrame | None = None
+) -> DataFrame:
     """COMMIT_WITHOUT_DELIVERY, PARTIAL_DELIVERY (some messages of a transaction of several delivered, not all),
     DOUBLE_DELIVERY and DELIVERY_WITHOUT_COMMIT (including deliveries whose half message
     is not in the store at all): (anomaly, producer_group, real_topic, uniq_key, half_commit_log_offset, resolution,
     deliveries, delivered_msg_id). ``events``: the store's events, or the audit's :class:`TransactionPass` over them
-    (whose orphan rows are those copies without a half message)."""
+    (whose orphan rows are those copies without a half message). ``orphans``: those rows already found (with
+    ``half_commit_log_offset``), as run_audit's pass by range hands them; ``events`` is then not read."""
     col = F.col
     cols = [
         "producer_group",
@@ -488,22 +600,44 @@ def anomalies(audit: DataFrame, events: DataFrame | TransactionPass) -> DataFram
         .alias("anomaly"),
         *cols,
     ).filter(col("anomaly").isNotNull())
+    if orphans is not None:
+        return flagged.unionByName(_orphans(orphans))
     if isinstance(events, TransactionPass):
         rows = events.rows
     else:  # only the half messages and their copies matter here
-        keyed = events.filter(col("kind").isin("HALF", "DELIVERY")).select(*_PASS_INPUT)
+        keyed = events.filter(col("kind").isin("HALF", "DELIVERY")).select(*PASS_INPUT)
         rows = _slim(keyed).repartition("half_phys").mapInArrow(per_transaction, PASS_SCHEMA)
-    orphans = rows.filter(col("orphan")).select(
+    return flagged.unionByName(_orphans(rows.withColumnRenamed("half_phys", "half_commit_log_offset")))
+
+
+def _orphans(rows: DataFrame) -> DataFrame:
+    """DELIVERY_WITHOUT_COMMIT rows of the copies whose half message is not in the store (``orphan`` true)."""
+    col = F.col
+    return rows.filter(col("orphan")).select(
         F.lit("DELIVERY_WITHOUT_COMMIT").alias("anomaly"),
         "producer_group",
         "real_topic",
         "uniq_key",
-        col("half_phys").alias("half_commit_log_offset"),
+        "half_commit_log_offset",
         F.lit(None).cast("string").alias("resolution"),
         "deliveries",
         "delivered_msg_id",
     )
-    return flagged.unionByName(orphans)
+
+
+def _anonymous_markers(
+    spark: SparkSession, ranges: list[audit_ranges.Range], markers: DataFrame, events: DataFrame
+) -> DataFrame:
+    """RocketMQ's op markers (no half commit-log offset) given the half message of the same queue offset and the
+    range that half message lies in (``target``, NO_RANGE when none), as rows of the scan's side output."""
+    col = F.col
+    halves = events.filter(col("kind") == "HALF").select(
+        col("half_queue_offset").alias("q"), col("half_phys").alias("hp")
+    )
+    spans = spark.createDataFrame([(i, *r.span) for i, r in enumerate(ranges)], "i int, lo bigint, hi bigint")
+    found = markers.join(halves, col("half_queue_offset") == col("q")).withColumn("half_phys", col("hp"))
+    placed = found.join(F.broadcast(spans), (col("half_phys") >= col("lo")) & (col("half_phys") < col("hi")), "left")
+    return placed.withColumn("target", F.coalesce(col("i"), F.lit(audit_ranges.NO_RANGE))).select(*markers.columns)
 
 
 @dataclass
@@ -526,10 +660,12 @@ def run_audit(
     *,
     report: bool = True,
     phase_clock: Callable[[], float] = time.perf_counter,
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
 ) -> AuditResult:
     """Write ``events.parquet`` (the store's transaction records), ``audit.parquet``, ``anomalies.parquet``,
     ``summary.json`` and, optionally, ``report.html`` with its charts. ``phase_clock`` measures the phases (wall
-    time by default; the benchmark passes the CPU time of the processes doing the work)."""
+    time by default; the benchmark passes the CPU time of the processes doing the work). ``split_bytes``: the size
+    of the commit-log ranges the store is read in (as ``txmq-store``'s option ``splitBytes``)."""
     from txmq.spark.errors import clear_errors
 
     started = time.perf_counter()
@@ -541,40 +677,70 @@ def run_audit(
 
     os.makedirs(out_dir, exist_ok=True)
     with clear_errors():
-        # The store is scanned once: the events land in parquet, and every later step reads that.
+        # The store is scanned once, a task per commit-log range: each writes its part of events.parquet itself and
+        # hands Spark only the events that belong to another range's transactions (txmq.spark.audit_ranges).
         events_path = os.path.join(out_dir, "events.parquet")
-        transaction_events(spark, store).write.mode("overwrite").parquet(events_path)
+        audit_path = os.path.join(out_dir, "audit.parquet")
+        outputs = {events_path: audit_ranges.EVENTS_SCHEMA, audit_path: AUDIT_ARROW}
+        ranges = audit_ranges.plan(spark, store, outputs, split_bytes)
+        side = audit_ranges.scan(spark, ranges, events_path).persist(StorageLevel.MEMORY_AND_DISK)
+        col = F.col
+        is_anonymous = (col("kind") == "OP") & col("half_phys").isNull()
+        facts = side.select(
+            F.max(col("several").cast("int")).alias("several"), F.max(is_anonymous.cast("int")).alias("anonymous")
+        ).first()
         lap("scan")
-        events = spark.read.parquet(events_path)
-        # One shuffle of the events by half message and one pass per transaction; its rows are kept (memory, then
-        # disk) for the anomalies, which take the copies without a half message from it.
-        prepared = transaction_pass(spark, store, events)
-        prepared.rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            audit_path = os.path.join(out_dir, "audit.parquet")
-            transaction_audit(spark, store, events, prepared).write.mode("overwrite").parquet(audit_path)
+            routed = side
+            if facts is not None and facts["anonymous"]:
+                routed = side.filter(~is_anonymous).unionByName(
+                    _anonymous_markers(spark, ranges, side.filter(is_anonymous), spark.read.parquet(events_path))
+                )
+            # Each range's transactions in one pass (its own events from its part file, and those of its half
+            # messages that other ranges found), classified and written to audit.parquet by the pass's tasks; what
+            # comes back (kept: a few rows per range) is what the summaries and anomalies need of those, the
+            # transactions of several messages (grouped here) and the copies without a half message.
+            journal, discards = journal_checks(store), discard_checks(side.filter(col("kind") == "DISCARD_COPY"))
+            rest = audit_ranges.audit_pass(spark, ranges, events_path, audit_path, routed, journal, discards)
+            rest = rest.persist(StorageLevel.MEMORY_AND_DISK)
+            role = col("role")
+            several = rest.filter(role == audit_ranges.SEVERAL).count()
+            odd = rest.filter(role.isin(audit_ranges.ODD, audit_ranges.OLDEST))
+            kept = _one_row_per_transaction(with_times(odd), several=False)
+            grouped = kept.limit(0)
+            if several:
+                grouped = _one_row_per_transaction(with_times(rest.filter(role == audit_ranges.SEVERAL)), several=True)
+                grouped.write.mode("append").parquet(audit_path)
+                kept = kept.unionByName(grouped)
             lap("audit")
-            audit = spark.read.parquet(audit_path)
-            found = anomalies(audit, prepared)
+            # The summaries and the anomalies from what the pass kept: the anomalies and the oldest in doubt among
+            # the transactions of one message, their counts, and the transactions of several messages.
+            orphans = rest.filter(role == audit_ranges.ORPHAN).withColumn("orphan", F.lit(True))
+            found = anomalies(kept, None, orphans=orphans)
             found.write.mode("overwrite").parquet(os.path.join(out_dir, "anomalies.parquet"))
+            counted = rest.filter(role == audit_ranges.COUNT).select(
+                "producer_group", "real_topic", "resolution", "count"
+            )
+            by_group = resolution_counts(grouped, counted)
+            oldest = oldest_in_doubt(kept)
+            audit = spark.read.parquet(audit_path)
+            latency = latency_percentiles(audit)
+            anomaly_rows = spark.read.parquet(os.path.join(out_dir, "anomalies.parquet"))
+            counts = {r: sum(row[r] for row in by_group) for r in RESOLUTIONS}
+            summary = {
+                "store": os.path.abspath(store),
+                "transactions": sum(counts.values()),
+                "by_resolution": counts,
+                "anomalies": {r["anomaly"]: int(r["count"]) for r in anomaly_rows.groupBy("anomaly").count().collect()},
+                "by_group_topic": by_group,
+                "latency_ms": [r.asDict() for r in latency.collect()],
+                "oldest_in_doubt": [
+                    {**r.asDict(), "prepared_at": str(r["prepared_at"])} for r in oldest.drop("resolved_at").collect()
+                ],
+            }
+            rest.unpersist()
         finally:
-            prepared.rows.unpersist()
-        anomaly_rows = spark.read.parquet(os.path.join(out_dir, "anomalies.parquet"))
-        by_group = resolution_counts(audit)
-        counts = {r: sum(row[r] for row in by_group) for r in RESOLUTIONS}
-        latency = latency_percentiles(audit)
-        oldest = oldest_in_doubt(audit)
-        summary = {
-            "store": os.path.abspath(store),
-            "transactions": sum(counts.values()),
-            "by_resolution": counts,
-            "anomalies": {r["anomaly"]: int(r["count"]) for r in anomaly_rows.groupBy("anomaly").count().collect()},
-            "by_group_topic": by_group,
-            "latency_ms": [r.asDict() for r in latency.collect()],
-            "oldest_in_doubt": [
-                {**r.asDict(), "prepared_at": str(r["prepared_at"])} for r in oldest.drop("resolved_at").collect()
-            ],
-        }
+            side.unpersist()
         with open(os.path.join(out_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2, default=str)
         lap("summaries")
