@@ -51,6 +51,7 @@ HOT_MODULES = [
     "txmq/txn/history.py",
     "txmq/txn/table.py",
     "txmq/broker/txn/ops.py",
+    "txmq/broker/txn/decide.py",
     # The client's per-message requests and answers (issue 16: the client is half of the peer harness's work).
     "txmq/client/wire.py",
 ]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from txmq.errors import ProtocolError
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import RemotingCommand
-from txmq.protocol.headers import EndTransactionRequestHeader
+from txmq.protocol.headers import end_transaction_fields
 from txmq.protocol.record import TransactionType
 from txmq.txn.effects import DecisionRequest
 from txmq.txn.model import By, Decision
@@ -37,34 +37,34 @@ class EndTransactionProcessor:
         oneway = cmd.is_oneway
         peer = getattr(conn, "peer", None)
         try:
-            header = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
+            # The header's fields straight into the decision: no header object per transaction.
+            group, queue_offset, phys, commit_or_rollback, from_check, msg_id, transaction_id, messages = (
+                end_transaction_fields(cmd.ext_fields)
+            )
         except ProtocolError as exc:
             log.warning("END_TRANSACTION from %s is malformed: %s", peer, exc)
             return None if oneway else cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        decision = _DECISIONS.get(header.commitOrRollback)
-        if header.fromTransactionCheck:
-            self.transactions.note_answer(header.commitLogOffset, header.producerGroup, decision or UNKNOWN_ANSWER)
+        decision = _DECISIONS.get(commit_or_rollback)
+        if from_check:
+            self.transactions.note_answer(phys, group, decision or UNKNOWN_ANSWER)
         if decision is None:
-            if header.commitOrRollback != 0:
+            if commit_or_rollback != 0:
                 log.warning(
-                    "END_TRANSACTION from %s for %s with commitOrRollback=%d ignored",
-                    peer,
-                    header.msgId,
-                    header.commitOrRollback,
+                    "END_TRANSACTION from %s for %s with commitOrRollback=%d ignored", peer, msg_id, commit_or_rollback
                 )
             if oneway:
                 return None
             return cmd.response(ResponseCode.SUCCESS, "transaction state unknown; the broker will check it later")
         req = DecisionRequest(
-            header.commitLogOffset,
+            phys,
             decision,
-            By.CHECK if header.fromTransactionCheck else By.PRODUCER,
-            header.producerGroup,
-            header.tranStateTableOffset,
-            header.msgId,
-            header.transactionId,
+            By.CHECK if from_check else By.PRODUCER,
+            group,
+            queue_offset,
+            msg_id,
+            transaction_id,
             peer,
-            header.txmqMessages,
+            messages,
         )
         if oneway:
             self.transactions.decide_oneway(req)

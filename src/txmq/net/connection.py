@@ -303,13 +303,19 @@ class Connection(asyncio.Protocol):
         if isinstance(result, RemotingCommand):
             self._respond(cmd, result)
             return
-        try:
-            task = asyncio.ensure_future(result)
-        except TypeError:
-            self._handler_failed(
-                cmd, TypeError(f"handler returned {type(result).__name__}, not a RemotingCommand, None or awaitable")
-            )
-            return
+        if isinstance(result, asyncio.Future):
+            # What ensure_future would return for it, without its three interpreted calls (a send's answer is a
+            # future: txmq.broker.stored.answer_when_stored).
+            task: asyncio.Future[Any] = result
+        else:
+            try:
+                task = asyncio.ensure_future(result)
+            except TypeError:
+                self._handler_failed(
+                    cmd,
+                    TypeError(f"handler returned {type(result).__name__}, not a RemotingCommand, None or awaitable"),
+                )
+                return
         self._tasks.add(task)
         task.add_done_callback(functools.partial(self._handler_done, cmd))
         if len(self._tasks) >= self._max_in_flight:

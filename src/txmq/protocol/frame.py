@@ -80,7 +80,7 @@ def next_opaque() -> int:
     return next(_opaque_counter) & _INT32_MAX
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RemotingCommand:
     """One remoting command: a request, a response, or a oneway request.
 
@@ -97,6 +97,30 @@ class RemotingCommand:
     language: str = "JAVA"
     version: int = DEFAULT_VERSION
     serialize_type: int = JSON
+
+    # Written out rather than generated: mypyc compiles this one, while a dataclass's generated __init__ runs
+    # interpreted (two or three commands per message). tests/protocol/test_constructors.py holds it to the fields.
+    def __init__(
+        self,
+        code: int,
+        opaque: int = 0,
+        flag: int = 0,
+        remark: str | None = None,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        language: str = "JAVA",
+        version: int = DEFAULT_VERSION,
+        serialize_type: int = JSON,
+    ) -> None:
+        self.code = code
+        self.opaque = opaque
+        self.flag = flag
+        self.remark = remark
+        self.ext_fields = {} if ext_fields is None else ext_fields
+        self.body = body
+        self.language = language
+        self.version = version
+        self.serialize_type = serialize_type
 
     @property
     def is_response(self) -> bool:

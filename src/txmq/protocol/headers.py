@@ -225,7 +225,7 @@ class Header:
 # Send
 
 
-@dataclass
+@dataclass(init=False)
 class SendMessageRequestHeader(Header):
     """SEND_MESSAGE (10, long names) and SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (310 / 320, one-letter names)."""
 
@@ -242,6 +242,38 @@ class SendMessageRequestHeader(Header):
     unitMode: bool | None = wire_bool()
     maxReconsumeTimes: int | None = wire_int()
     batch: bool | None = wire_bool()
+
+    # The headers of every message have their __init__ written out: mypyc compiles it, while a dataclass's generated
+    # __init__ runs interpreted. tests/protocol/test_constructors.py holds each to its fields.
+    def __init__(
+        self,
+        producerGroup: str,
+        topic: str,
+        defaultTopic: str = "TBW102",
+        defaultTopicQueueNums: int = 4,
+        queueId: int = -1,
+        sysFlag: int = 0,
+        bornTimestamp: int = 0,
+        flag: int = 0,
+        properties: str | None = None,
+        reconsumeTimes: int | None = None,
+        unitMode: bool | None = None,
+        maxReconsumeTimes: int | None = None,
+        batch: bool | None = None,
+    ) -> None:
+        self.producerGroup = producerGroup
+        self.topic = topic
+        self.defaultTopic = defaultTopic
+        self.defaultTopicQueueNums = defaultTopicQueueNums
+        self.queueId = queueId
+        self.sysFlag = sysFlag
+        self.bornTimestamp = bornTimestamp
+        self.flag = flag
+        self.properties = properties
+        self.reconsumeTimes = reconsumeTimes
+        self.unitMode = unitMode
+        self.maxReconsumeTimes = maxReconsumeTimes
+        self.batch = batch
 
     @classmethod
     def from_ext(cls, ext: dict[str, str] | None) -> Self:
@@ -312,7 +344,7 @@ class SendMessageResponseHeader(Header):
 # Consume
 
 
-@dataclass
+@dataclass(init=False)
 class PullMessageRequestHeader(Header):
     consumerGroup: str = wire_text(required=True)
     topic: str = wire_text(required=True)
@@ -325,6 +357,32 @@ class PullMessageRequestHeader(Header):
     subscription: str | None = wire_text()
     subVersion: int = wire_int(default=0)
     expressionType: str | None = wire_text()
+
+    def __init__(
+        self,
+        consumerGroup: str,
+        topic: str,
+        queueId: int,
+        queueOffset: int,
+        maxMsgNums: int,
+        sysFlag: int,
+        commitOffset: int,
+        suspendTimeoutMillis: int,
+        subscription: str | None = None,
+        subVersion: int = 0,
+        expressionType: str | None = None,
+    ) -> None:
+        self.consumerGroup = consumerGroup
+        self.topic = topic
+        self.queueId = queueId
+        self.queueOffset = queueOffset
+        self.maxMsgNums = maxMsgNums
+        self.sysFlag = sysFlag
+        self.commitOffset = commitOffset
+        self.suspendTimeoutMillis = suspendTimeoutMillis
+        self.subscription = subscription
+        self.subVersion = subVersion
+        self.expressionType = expressionType
 
     @classmethod
     def from_ext(cls, ext: dict[str, str] | None) -> Self:
@@ -474,19 +532,26 @@ class EndTransactionRequestHeader(Header):
 
     @classmethod
     def from_ext(cls, ext: dict[str, str] | None) -> Self:
-        """One per transaction: the fields one by one."""
-        ext = ext or {}
-        who = "EndTransactionRequestHeader"
-        return cls(
-            required_text(ext, "producerGroup", who, "producerGroup"),
-            required_int(ext, "tranStateTableOffset", who, "tranStateTableOffset"),
-            required_int(ext, "commitLogOffset", who, "commitLogOffset"),
-            required_int(ext, "commitOrRollback", who, "commitOrRollback"),
-            bool_or(ext, "fromTransactionCheck", False, who, "fromTransactionCheck"),
-            required_text(ext, "msgId", who, "msgId"),
-            text_of(ext, "transactionId", None),
-            int_of(ext, "txmqMessages", None, who, "txmqMessages"),
-        )
+        return cls(*end_transaction_fields(ext or {}))
+
+
+EndTransactionFields = tuple[str, int, int, int, bool, str, str | None, int | None]
+
+
+def end_transaction_fields(ext: dict[str, str]) -> EndTransactionFields:
+    """END_TRANSACTION's fields one by one, in :class:`EndTransactionRequestHeader`'s order: the broker reads one
+    per transaction straight into its decision, without the header object."""
+    who = "EndTransactionRequestHeader"
+    return (
+        required_text(ext, "producerGroup", who, "producerGroup"),
+        required_int(ext, "tranStateTableOffset", who, "tranStateTableOffset"),
+        required_int(ext, "commitLogOffset", who, "commitLogOffset"),
+        required_int(ext, "commitOrRollback", who, "commitOrRollback"),
+        bool_or(ext, "fromTransactionCheck", False, who, "fromTransactionCheck"),
+        required_text(ext, "msgId", who, "msgId"),
+        text_of(ext, "transactionId", None),
+        int_of(ext, "txmqMessages", None, who, "txmqMessages"),
+    )
 
 
 @dataclass

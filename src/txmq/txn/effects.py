@@ -20,7 +20,7 @@ from txmq.txn.history import TransactionRecord
 from txmq.txn.model import By, Decision
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DecisionRequest:
     """A COMMIT or ROLLBACK about one half message, from any door (END_TRANSACTION, gRPC EndTransaction, an
     operator), with what the request says the half message is."""
@@ -35,6 +35,30 @@ class DecisionRequest:
     origin: Any = None  # who sent it (a peer address), for logs
     messages: int | None = None  # how many messages the producer put in the transaction, when it says
 
+    # The __init__ of the objects made once per decision is written out: mypyc compiles it, while a dataclass's
+    # generated __init__ runs interpreted. tests/protocol/test_constructors.py holds each to its fields.
+    def __init__(
+        self,
+        phys: int,
+        decision: Decision,
+        by: By,
+        group: str,
+        queue_offset: int,
+        msg_id: str,
+        transaction_id: str | None = None,
+        origin: Any = None,
+        messages: int | None = None,
+    ) -> None:
+        self.phys = phys
+        self.decision = decision
+        self.by = by
+        self.group = group
+        self.queue_offset = queue_offset
+        self.msg_id = msg_id
+        self.transaction_id = transaction_id
+        self.origin = origin
+        self.messages = messages
+
 
 @dataclass(slots=True)
 class Reply:
@@ -43,7 +67,7 @@ class Reply:
     warning: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StoreDecision:
     phys: int
     queue_offset: int
@@ -54,6 +78,28 @@ class StoreDecision:
     rec: TransactionRecord | None  # the record, when one exists (else the transaction is fresh)
     msg_id: str
     group: str
+
+    def __init__(
+        self,
+        phys: int,
+        queue_offset: int,
+        uniq_key: str | None,
+        decision: Decision,
+        by: By,
+        half: MessageRecord | None,
+        rec: TransactionRecord | None,
+        msg_id: str,
+        group: str,
+    ) -> None:
+        self.phys = phys
+        self.queue_offset = queue_offset
+        self.uniq_key = uniq_key
+        self.decision = decision
+        self.by = by
+        self.half = half
+        self.rec = rec
+        self.msg_id = msg_id
+        self.group = group
 
 
 @dataclass(slots=True)

@@ -221,7 +221,7 @@ def apply_history(
             rec.delivered_msg_id = outcome.copy_msg_id
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Light:
     """How a transaction decided while fresh ended (it never had a record, so no check was ever sent)."""
 
@@ -229,6 +229,14 @@ class Light:
     by: str
     at: int
     copy_phys: int | None  # commit-log offset of the committed copy
+
+    # Written out so that mypyc compiles it (one per transaction decided while fresh); tests/protocol/
+    # test_constructors.py holds it to the fields.
+    def __init__(self, decision: str, by: str, at: int, copy_phys: int | None) -> None:
+        self.decision = decision
+        self.by = by
+        self.at = at
+        self.copy_phys = copy_phys
 
 
 class History:

@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from txmq.broker.refusal import BrokerRefusal
 from txmq.broker.txn.checker import Checker
+from txmq.broker.txn.decide import Decider
 from txmq.broker.txn.journal_file import JournalFile
 from txmq.broker.txn.lookups import StoreLookups
 from txmq.broker.txn.ops import StoreOps
 from txmq.broker.txn.producers import ProducerChecks
-from txmq.broker.txn.writer import Answer, DecisionWriter, Queued, Turns, marker_stored
+from txmq.broker.txn.writer import Answer, DecisionWriter, Turns, marker_stored
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.op_marker import PROP_BY, RESUME_TAG
 from txmq.protocol.record import MessageRecord, Prop, encode_offset_msg_id
@@ -37,7 +38,7 @@ from txmq.protocol.topics import (
     TRANS_HALF_TOPIC,
 )
 from txmq.txn import records
-from txmq.txn.effects import DecisionRequest, Reply, StoreDecision
+from txmq.txn.effects import DecisionRequest
 from txmq.txn.history import TransactionRecord
 from txmq.txn.model import By, Decision, TxState
 from txmq.txn.table import (
@@ -125,6 +126,7 @@ class TransactionService:
             topic_changed=topic_changed,
         )
         self.writer = DecisionWriter(store, self.table, clock.now_ms, store_host, self.ops.op_topic_ready)
+        self.decider = Decider(self.table, store, self.lookups, self.ops, self.writer, self.turns, clock)
         self.checker = Checker(
             table=self.table,
             ops=self.ops,
@@ -308,7 +310,7 @@ class TransactionService:
         if not self.turns.take(req.phys):
             return asyncio.ensure_future(self._in_turn(req))
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        return self._submit(req, answer)
+        return self.decider.submit(req, answer)
 
     def decide_oneway(self, req: DecisionRequest) -> None:
         """Apply a decision nobody waits for (a oneway END_TRANSACTION, as real clients send it): a failure to store
@@ -321,83 +323,18 @@ class TransactionService:
             self._waiting.add(task)
             task.add_done_callback(self._waited)
             return
-        self._submit(req, None)
+        self.decider.submit(req, None)
 
     def _waited(self, task: asyncio.Future[Answer]) -> None:
         self._waiting.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("a oneway END_TRANSACTION failed", exc_info=exc)
 
-    def _submit(self, req: DecisionRequest, answer: asyncio.Future[Answer] | None) -> Answer | asyncio.Future[Answer]:
-        """Decide ``req`` holding its turn; the stored decision (or the answer given at once) ends the turn."""
-        try:
-            queued = self._decide(req)
-            if isinstance(queued, Queued):
-                queued.answer, queued.holds_turn = answer, self.turns
-                self.writer.queue(queued)
-            elif isinstance(queued, Reply):
-                self.turns.release(req.phys)
-                return queued.code, queued.remark
-            else:  # several messages: one append; the first one's settling answers and ends the turn
-                queued[0].answer, queued[0].holds_turn = answer, self.turns
-                self.writer.queue_together(queued)
-        except BaseException:
-            self.turns.release(req.phys)
-            raise
-        return answer if answer is not None else (ResponseCode.SUCCESS, None)
-
     async def _in_turn(self, req: DecisionRequest) -> Answer:
         await self.turns.wait_and_take(req.phys)
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        outcome = self._submit(req, answer)
+        outcome = self.decider.submit(req, answer)
         return outcome if isinstance(outcome, tuple) else await outcome
-
-    def _decide(self, req: DecisionRequest) -> Reply | Queued | list[Queued]:
-        """The table's verdict, with the half message read when the table no longer holds it, as decisions to store;
-        a COMMIT's copy is built here (redirected to the schedule topic when delayed): nothing is decided when that
-        fails."""
-        table = self.table
-        phys = req.phys
-        half = table.fresh.get(phys)
-        if half is None:
-            try:
-                half = self.store.read_message(phys)
-            except Exception as exc:
-                log.warning("END_TRANSACTION %s at commit-log offset %d: record unreadable: %s", req.msg_id, phys, exc)
-        effect = table.decide(req, half, self.lookups, self.clock.now_ms())
-        if isinstance(effect, Reply):
-            if effect.warning:
-                log.warning("%s", effect.warning)
-            return effect
-        if req.by is By.OPERATOR:
-            log.warning("transaction %s of group %s: %s by an operator", req.msg_id, req.group, req.decision)
-        if not isinstance(effect, StoreDecision):
-            return self._with_copies(effect)
-        if effect.decision != Decision.COMMIT:
-            return Queued(effect, None, None, None)
-        half_record = effect.half or self.ops.read_half(effect.phys)
-        if half_record is None:
-            return Reply(ResponseCode.SYSTEM_ERROR, f"[TXMQ] no half message at commit-log offset {effect.phys}")
-        copy = self.ops.commit_copy(half_record)
-        return copy if isinstance(copy, Reply) else Queued(effect, copy, None, None)
-
-    def _with_copies(self, several: list[StoreDecision]) -> Reply | list[Queued]:
-        """The decisions about the messages of one transaction, each with its committed copy (read back from the
-        store): when one copy cannot be built, nothing is decided."""
-        if several[0].decision != Decision.COMMIT:
-            return [Queued(d, None, None, None) for d in several]
-        out: list[Queued] = []
-        for d in several:
-            half = d.half or self.ops.read_half(d.phys)
-            copy = (
-                Reply(ResponseCode.SYSTEM_ERROR, f"[TXMQ] no half message at commit-log offset {d.phys}")
-                if half is None
-                else self.ops.commit_copy(half)
-            )
-            if isinstance(copy, Reply):
-                return copy
-            out.append(Queued(d, copy, None, None))
-        return out
 
     def note_answer(self, phys: int, group: str, answer: str) -> None:
         """A producer's answer to a check (COMMIT, ROLLBACK or UNKNOWN), for the transaction's history."""
@@ -423,7 +360,7 @@ class TransactionService:
         )
         await self.turns.wait_and_take(rec.phys)
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        outcome = self._submit(req, answer)
+        outcome = self.decider.submit(req, answer)
         return outcome if isinstance(outcome, tuple) else await outcome
 
     async def resume(self, rec: TransactionRecord) -> Answer:

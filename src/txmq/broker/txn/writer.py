@@ -69,7 +69,7 @@ class Turns:
                     turn.set_result(None)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Queued:
     """A decision waiting for its op marker (and, for a COMMIT, its copy) to be stored."""
 
@@ -78,6 +78,22 @@ class Queued:
     answer: asyncio.Future[Answer] | None  # None: nobody waits (a oneway END_TRANSACTION)
     holds_turn: Turns | None  # settling it ends the half message's turn there
     unit: list[Queued] | None = None  # the decisions of one transaction of several messages: stored together
+
+    # Written out so that mypyc compiles it (one per decision); tests/protocol/test_constructors.py holds it to the
+    # fields.
+    def __init__(
+        self,
+        d: StoreDecision,
+        copy: MessageRecord | None,
+        answer: asyncio.Future[Answer] | None,
+        holds_turn: Turns | None,
+        unit: list[Queued] | None = None,
+    ) -> None:
+        self.d = d
+        self.copy = copy
+        self.answer = answer
+        self.holds_turn = holds_turn
+        self.unit = unit
 
 
 class DecisionWriter:

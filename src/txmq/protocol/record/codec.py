@@ -168,7 +168,7 @@ def body_crc(body: bytes | bytearray | memoryview) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MessageRecord:
     """One commit-log record. ``properties`` is the decoded map; the raw text round-trips through it."""
 
@@ -188,6 +188,44 @@ class MessageRecord:
     properties: dict[str, str] = field(default_factory=dict)
     body_crc: int | None = None  # filled in on decode; computed on encode when None
     store_size: int = 0  # TOTALSIZE, filled in on decode
+
+    # Written out so that mypyc compiles it (a dataclass's generated __init__ runs interpreted); one to three
+    # records per message. tests/protocol/test_constructors.py holds it to the fields.
+    def __init__(
+        self,
+        topic: str,
+        body: bytes = b"",
+        queue_id: int = 0,
+        flag: int = 0,
+        queue_offset: int = 0,
+        physical_offset: int = 0,
+        sys_flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: Host = ("127.0.0.1", 0),
+        store_timestamp: int = 0,
+        store_host: Host = ("127.0.0.1", 0),
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+        properties: dict[str, str] | None = None,
+        body_crc: int | None = None,
+        store_size: int = 0,
+    ) -> None:
+        self.topic = topic
+        self.body = body
+        self.queue_id = queue_id
+        self.flag = flag
+        self.queue_offset = queue_offset
+        self.physical_offset = physical_offset
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.properties = {} if properties is None else properties
+        self.body_crc = body_crc
+        self.store_size = store_size
 
     @property
     def tags(self) -> str | None:
