@@ -31,7 +31,10 @@ from tests.spark.test_audit_pass import SCHEMA, partitions
 
 from txmq.spark.audit import (
     PASS_INPUT,
+    PER_HALF_ARROW,
+    RESOLUTIONS,
     anomalies,
+    discard_table,
     latency_percentiles,
     oldest_in_doubt,
     per_transaction,
@@ -40,7 +43,16 @@ from txmq.spark.audit import (
     transaction_audit,
     transaction_events,
 )
-from txmq.spark.audit_ranges import NO_RANGE, Range, local_pass_rows, part_path, plan_ranges, side_rows
+from txmq.spark.audit_ranges import (
+    ANOMALY_ARROW,
+    NO_RANGE,
+    Range,
+    local_pass_rows,
+    part_path,
+    plan_ranges,
+    side_rows,
+    single_anomalies,
+)
 from txmq.spark.store_source import DEFAULT_SPLIT_BYTES
 
 END = 1_000_000
@@ -109,6 +121,59 @@ def test_side_rows_route_each_event_to_its_half_messages_range() -> None:
         ("DISCARD_COPY", 195, 1, None),
         ("RANGE", None, 1, False),
     ]
+
+
+def anomaly_of(resolution: str, deliveries: int) -> str | None:
+    """txmq.spark.audit.anomalies' rules for a transaction of one message, in their order."""
+    if resolution == "COMMIT" and deliveries == 0:
+        return "COMMIT_WITHOUT_DELIVERY"
+    if deliveries > 1:
+        return "DOUBLE_DELIVERY"
+    if resolution != "COMMIT" and deliveries > 0:
+        return "DELIVERY_WITHOUT_COMMIT"
+    return None
+
+
+@given(st.lists(st.tuples(st.sampled_from(RESOLUTIONS), st.integers(0, 3), st.sampled_from(["PG", None]))))
+def test_the_pass_flags_transactions_of_one_message_by_the_anomaly_rules(rows: list[tuple[str, int, Any]]) -> None:
+    halves = pa.Table.from_pylist(
+        [
+            {"producer_group": g, "real_topic": "T", "uniq_key": f"u{i}", "half_commit_log_offset": i,
+             "resolution": r, "deliveries": d, "delivered_msg_id": f"m{i}" if d else None}
+            for i, (r, d, g) in enumerate(rows)
+        ],
+        schema=PER_HALF_ARROW,
+    )  # fmt: skip
+    found = single_anomalies(halves)
+    assert found.schema == ANOMALY_ARROW
+    expected = [
+        (anomaly_of(r, d), g, "T", f"u{i}", i, r, d, f"m{i}" if d else None)
+        for i, (r, d, g) in enumerate(rows)
+        if anomaly_of(r, d) is not None
+    ]
+    assert [tuple(row.values()) for row in found.to_pylist()] == expected
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["u1", "u2", None]), st.sampled_from(["PG", "PH", None]), st.none() | st.integers(0, 20)
+        )
+    )
+)
+def test_the_discard_copies_check_counts_are_the_largest_per_key(copies: list[tuple[Any, Any, Any]]) -> None:
+    table = pa.Table.from_pylist(
+        [{"kind": "DISCARD_COPY", "uniq_key": u, "producer_group": g, "checks": c} for u, g, c in copies], schema=SCHEMA
+    )
+    expected: dict[tuple[str, str], int | None] = {}
+    for u, g, c in copies:
+        if u is not None and g is not None:
+            best = expected.get((u, g))
+            expected[(u, g)] = c if best is None else best if c is None else max(best, c)
+    got = discard_table(table)
+    assert got.schema.field("discard_checks").type == pa.int32()
+    assert {(r["uniq_key"], r["producer_group"]): r["discard_checks"] for r in got.to_pylist()} == expected
+    assert got.num_rows == len(expected)
 
 
 def sorted_rows(df: Any) -> list[tuple[Any, ...]]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -339,9 +339,11 @@ def classify(rows: pa.Table, journal: pa.Table, discards: pa.Table) -> pa.Table:
 
 
 # What run_audit's pass by range hands Spark (txmq.spark.audit_ranges.audit_pass): rows of PER_HALF_SCHEMA of
-# transactions of several messages (to be grouped), and the copies whose half message is not in the store (orphan).
-REST_SCHEMA = PER_HALF_SCHEMA + ", role string, count bigint"
-REST_ARROW = PER_HALF_ARROW.append(pa.field("role", pa.string())).append(pa.field("count", pa.int64()))
+# transactions of several messages (to be grouped) and of the oldest in doubt, counts per group, topic and resolution,
+# and per anomaly (the roles of txmq.spark.audit_ranges).
+REST_SCHEMA = PER_HALF_SCHEMA + ", role string, count bigint, anomaly string"
+REST_ARROW = pa.schema([*PER_HALF_ARROW, pa.field("role", pa.string()), pa.field("count", pa.int64()),
+                        pa.field("anomaly", pa.string())])  # fmt: skip
 
 AUDIT_ARROW = pa.schema(
     [
@@ -353,6 +355,10 @@ AUDIT_ARROW = pa.schema(
         *(pa.field(c, pa.int32()) for c in ("deliveries", "messages", "messages_delivered", "max_deliveries")),
     ]
 )
+
+
+_DDL = {pa.string(): "string", pa.int64(): "bigint", pa.int32(): "int", pa.timestamp("us", tz="UTC"): "timestamp"}
+AUDIT_SCHEMA = ", ".join(f"{f.name} {_DDL[f.type]}" for f in AUDIT_ARROW)  # audit.parquet's, read without a job
 
 
 def single_rows(per_half: pa.Table) -> pa.Table:
@@ -532,11 +538,19 @@ def resolution_counts(audit: DataFrame, counted: DataFrame | None = None) -> lis
     grouped = audit.groupBy(*keys).count()
     if counted is not None:
         grouped = grouped.unionByName(counted).groupBy(*keys).agg(F.sum("count").alias("count"))
+    return by_group_topic(
+        (r["producer_group"], r["real_topic"], r["resolution"], r["count"]) for r in grouped.collect()
+    )
+
+
+def by_group_topic(counts: Iterable[tuple[Any, Any, str, int]]) -> list[dict[str, Any]]:
+    """(producer group, topic, resolution, count) summed as :func:`resolution_counts` gives them: a row per (group,
+    topic) in that order (nulls first), with a count per resolution."""
     table: dict[tuple[Any, Any], dict[str, Any]] = {}
-    for r in grouped.collect():
-        key = (r["producer_group"], r["real_topic"])
-        row = table.setdefault(key, {"producer_group": key[0], "real_topic": key[1], **dict.fromkeys(RESOLUTIONS, 0)})
-        row[r["resolution"]] = int(r["count"])
+    for group, topic, resolution, count in counts:
+        key = (group, topic)
+        row = table.setdefault(key, {"producer_group": group, "real_topic": topic, **dict.fromkeys(RESOLUTIONS, 0)})
+        row[resolution] += int(count)
 
     def order(key: tuple[Any, Any]) -> tuple[bool, str, bool, str]:
         return (key[0] is not None, key[0] or "", key[1] is not None, key[1] or "")
@@ -571,15 +585,23 @@ def oldest_in_doubt(audit: DataFrame, limit: int = 20, now_ms: int | None = None
     )
 
 
-def anomalies(
-    audit: DataFrame, events: DataFrame | TransactionPass | None, *, orphans: DataFrame | None = None
-) -> DataFrame:
+def anomalies(audit: DataFrame, events: DataFrame | TransactionPass) -> DataFrame:
     """COMMIT_WITHOUT_DELIVERY, PARTIAL_DELIVERY (some messages of a transaction of several delivered, not all),
     DOUBLE_DELIVERY and DELIVERY_WITHOUT_COMMIT (including deliveries whose half message
     is not in the store at all): (anomaly, producer_group, real_topic, uniq_key, half_commit_log_offset, resolution,
     deliveries, delivered_msg_id). ``events``: the store's events, or the audit's :class:`TransactionPass` over them
-    (whose orphan rows are those copies without a half message). ``orphans``: those rows already found (with
-    ``half_commit_log_offset``), as run_audit's pass by range hands them; ``events`` is then not read."""
+    (whose orphan rows are those copies without a half message)."""
+    flagged = _flagged(audit)
+    if isinstance(events, TransactionPass):
+        rows = events.rows
+    else:  # only the half messages and their copies matter here
+        keyed = events.filter(F.col("kind").isin("HALF", "DELIVERY")).select(*PASS_INPUT)
+        rows = _slim(keyed).repartition("half_phys").mapInArrow(per_transaction, PASS_SCHEMA)
+    return flagged.unionByName(_orphans(rows.withColumnRenamed("half_phys", "half_commit_log_offset")))
+
+
+def _flagged(audit: DataFrame) -> DataFrame:
+    """The audit rows that are anomalies, as rows of :func:`anomalies`."""
     col = F.col
     cols = [
         "producer_group",
@@ -590,7 +612,7 @@ def anomalies(
         "deliveries",
         "delivered_msg_id",
     ]
-    flagged = audit.select(
+    return audit.select(
         F.when((col("resolution") == "COMMIT") & (col("deliveries") == 0), F.lit("COMMIT_WITHOUT_DELIVERY"))
         .when(
             (col("messages_delivered") > 0) & (col("messages_delivered") < col("messages")), F.lit("PARTIAL_DELIVERY")
@@ -600,14 +622,6 @@ def anomalies(
         .alias("anomaly"),
         *cols,
     ).filter(col("anomaly").isNotNull())
-    if orphans is not None:
-        return flagged.unionByName(_orphans(orphans))
-    if isinstance(events, TransactionPass):
-        rows = events.rows
-    else:  # only the half messages and their copies matter here
-        keyed = events.filter(col("kind").isin("HALF", "DELIVERY")).select(*PASS_INPUT)
-        rows = _slim(keyed).repartition("half_phys").mapInArrow(per_transaction, PASS_SCHEMA)
-    return flagged.unionByName(_orphans(rows.withColumnRenamed("half_phys", "half_commit_log_offset")))
 
 
 def _orphans(rows: DataFrame) -> DataFrame:
@@ -678,69 +692,67 @@ def run_audit(
     os.makedirs(out_dir, exist_ok=True)
     with clear_errors():
         # The store is scanned once, a task per commit-log range: each writes its part of events.parquet itself and
-        # hands Spark only the events that belong to another range's transactions (txmq.spark.audit_ranges).
+        # hands back only the events that belong to another range's transactions (txmq.spark.audit_ranges).
         events_path = os.path.join(out_dir, "events.parquet")
-        audit_path = os.path.join(out_dir, "audit.parquet")
-        outputs = {events_path: audit_ranges.EVENTS_SCHEMA, audit_path: AUDIT_ARROW}
+        written = audit_ranges.PassOutputs(
+            os.path.join(out_dir, "audit.parquet"), os.path.join(out_dir, "anomalies.parquet")
+        )
+        outputs = {
+            events_path: audit_ranges.EVENTS_SCHEMA,
+            written.audit: AUDIT_ARROW,
+            written.anomalies: audit_ranges.ANOMALY_ARROW,
+        }
         ranges = audit_ranges.plan(spark, store, outputs, split_bytes)
-        side = audit_ranges.scan(spark, ranges, events_path).persist(StorageLevel.MEMORY_AND_DISK)
-        col = F.col
-        is_anonymous = (col("kind") == "OP") & col("half_phys").isNull()
-        facts = side.select(
-            F.max(col("several").cast("int")).alias("several"), F.max(is_anonymous.cast("int")).alias("anonymous")
-        ).first()
+        side = _to_arrow(audit_ranges.scan(spark, ranges, events_path), audit_ranges.SIDE_ARROW)
         lap("scan")
-        try:
-            routed = side
-            if facts is not None and facts["anonymous"]:
-                routed = side.filter(~is_anonymous).unionByName(
-                    _anonymous_markers(spark, ranges, side.filter(is_anonymous), spark.read.parquet(events_path))
-                )
-            # Each range's transactions in one pass (its own events from its part file, and those of its half
-            # messages that other ranges found), classified and written to audit.parquet by the pass's tasks; what
-            # comes back (kept: a few rows per range) is what the summaries and anomalies need of those, the
-            # transactions of several messages (grouped here) and the copies without a half message.
-            journal, discards = journal_checks(store), discard_checks(side.filter(col("kind") == "DISCARD_COPY"))
-            rest = audit_ranges.audit_pass(spark, ranges, events_path, audit_path, routed, journal, discards)
+        kind = side["kind"]
+        several = bool(pc.any(side["several"]).as_py())
+        routed = side.filter(
+            pc.fill_null(pc.and_(pc.is_valid(side["target"]), pc.is_in(kind, value_set=_ROUTED)), False)
+        )
+        anonymous = side.filter(pc.and_(pc.equal(kind, "OP"), pc.is_null(side["half_phys"])))
+        if anonymous.num_rows:
+            markers = spark.createDataFrame(
+                [tuple(r.values()) for r in anonymous.to_pylist()], audit_ranges.SIDE_SCHEMA
+            )
+            placed = _anonymous_markers(spark, ranges, markers, spark.read.parquet(events_path))
+            routed = pa.concat_tables([routed, _to_arrow(placed, audit_ranges.SIDE_ARROW)])
+        # Each range's transactions in one pass (its own events from its part file, and those of its half messages
+        # that other ranges found), classified, written to audit.parquet and anomalies.parquet by the pass's tasks;
+        # what comes back is what the summaries need of them, and the transactions of several messages (grouped
+        # here).
+        journal = journal_checks(store)
+        discards = discard_table(side.filter(pc.equal(kind, "DISCARD_COPY")))
+        rest = audit_ranges.audit_pass(spark, ranges, events_path, written, routed, journal, discards)
+        role = F.col("role")
+        if several:
             rest = rest.persist(StorageLevel.MEMORY_AND_DISK)
-            role = col("role")
-            several = rest.filter(role == audit_ranges.SEVERAL).count()
-            odd = rest.filter(role.isin(audit_ranges.ODD, audit_ranges.OLDEST))
-            kept = _one_row_per_transaction(with_times(odd), several=False)
-            grouped = kept.limit(0)
+            kept = _to_arrow(rest.filter(role != audit_ranges.SEVERAL), REST_ARROW)
+        else:
+            kept = _to_arrow(rest, REST_ARROW)
+        try:
+            found = _summary_rows(kept)
             if several:
                 grouped = _one_row_per_transaction(with_times(rest.filter(role == audit_ranges.SEVERAL)), several=True)
-                grouped.write.mode("append").parquet(audit_path)
-                kept = kept.unionByName(grouped)
+                grouped.write.mode("append").parquet(written.audit)
+                _flagged(grouped).write.mode("append").parquet(written.anomalies)
+                found.add_several(spark.read.parquet(written.anomalies), grouped)
             lap("audit")
-            # The summaries and the anomalies from what the pass kept: the anomalies and the oldest in doubt among
-            # the transactions of one message, their counts, and the transactions of several messages.
-            orphans = rest.filter(role == audit_ranges.ORPHAN).withColumn("orphan", F.lit(True))
-            found = anomalies(kept, None, orphans=orphans)
-            found.write.mode("overwrite").parquet(os.path.join(out_dir, "anomalies.parquet"))
-            counted = rest.filter(role == audit_ranges.COUNT).select(
-                "producer_group", "real_topic", "resolution", "count"
-            )
-            by_group = resolution_counts(grouped, counted)
-            oldest = oldest_in_doubt(kept)
-            audit = spark.read.parquet(audit_path)
+            # The summaries from what the pass handed back; the latency percentiles from audit.parquet.
+            audit = spark.read.schema(AUDIT_SCHEMA).parquet(written.audit)
             latency = latency_percentiles(audit)
-            anomaly_rows = spark.read.parquet(os.path.join(out_dir, "anomalies.parquet"))
-            counts = {r: sum(row[r] for row in by_group) for r in RESOLUTIONS}
             summary = {
                 "store": os.path.abspath(store),
-                "transactions": sum(counts.values()),
-                "by_resolution": counts,
-                "anomalies": {r["anomaly"]: int(r["count"]) for r in anomaly_rows.groupBy("anomaly").count().collect()},
-                "by_group_topic": by_group,
+                "transactions": sum(found.by_resolution().values()),
+                "by_resolution": found.by_resolution(),
+                "anomalies": found.anomalies,
+                "by_group_topic": found.by_group_topic(),
                 "latency_ms": [r.asDict() for r in latency.collect()],
-                "oldest_in_doubt": [
-                    {**r.asDict(), "prepared_at": str(r["prepared_at"])} for r in oldest.drop("resolved_at").collect()
-                ],
+                "oldest_in_doubt": found.oldest_in_doubt(),
             }
-            rest.unpersist()
         finally:
-            side.unpersist()
+            if several:
+                rest.unpersist()
         with open(os.path.join(out_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2, default=str)
         lap("summaries")
@@ -748,7 +760,7 @@ def run_audit(
         if report:
             from txmq.spark.report import write_report
 
-            html = write_report(spark, audit, anomaly_rows, summary, out_dir)
+            html = write_report(spark, audit, spark.read.parquet(written.anomalies), summary, out_dir)
             lap("report")
     return AuditResult(
         out_dir=out_dir,
@@ -758,4 +770,86 @@ def run_audit(
         seconds=time.perf_counter() - started,
         report=html,
         phases=phases,
+    )
+
+
+_ROUTED = pa.array(["OP", "RESUME", "DELIVERY"])
+
+
+def _to_arrow(df: DataFrame, schema: pa.Schema) -> pa.Table:
+    """``df`` collected to the driver as an Arrow table of ``schema`` (one job)."""
+    return df.toArrow().select(schema.names).cast(schema)
+
+
+def discard_table(copies: pa.Table) -> pa.Table:
+    """:func:`discard_checks` of discard copies (rows of the transactions view) in pyarrow."""
+    keyed = copies.filter(pc.and_(pc.is_valid(copies["uniq_key"]), pc.is_valid(copies["producer_group"])))
+    found = keyed.group_by(["uniq_key", "producer_group"], use_threads=False).aggregate([("checks", "max")])
+    return pa.table(
+        {
+            "uniq_key": found["uniq_key"],
+            "producer_group": found["producer_group"],
+            "discard_checks": pc.cast(found["checks_max"], pa.int32()),
+        }
+    )
+
+
+@dataclass
+class _SummaryRows:
+    """What run_audit's summaries are made of: counts (group, topic, resolution, count), anomaly counts, and the
+    oldest transactions in doubt as ``summary.json`` lists them, each with its (prepare time, commit-log offset)."""
+
+    counts: list[tuple[Any, Any, str, int]]
+    anomalies: dict[str, int]
+    oldest: list[tuple[tuple[int, int], dict[str, Any]]]
+
+    def by_group_topic(self) -> list[dict[str, Any]]:
+        return by_group_topic(self.counts)
+
+    def by_resolution(self) -> dict[str, int]:
+        totals = dict.fromkeys(RESOLUTIONS, 0)
+        for _group, _topic, resolution, count in self.counts:
+            totals[resolution] += count
+        return totals
+
+    def oldest_in_doubt(self, limit: int = audit_ranges.OLDEST_KEPT) -> list[dict[str, Any]]:
+        return [entry for _key, entry in sorted(self.oldest, key=lambda e: e[0])[:limit]]
+
+    def add_several(self, found: DataFrame, grouped: DataFrame) -> None:
+        """Add the transactions of several messages (``grouped``, audit rows) and the anomalies among them."""
+        keys = ("producer_group", "real_topic", "resolution")
+        self.counts += [(r[0], r[1], r[2], r[3]) for r in grouped.groupBy(*keys).count().collect()]
+        self.anomalies = {r["anomaly"]: int(r["count"]) for r in found.groupBy("anomaly").count().collect()}
+        now = int(time.time() * 1000)
+        pending = (
+            oldest_in_doubt(grouped, now_ms=now).drop("resolved_at").withColumn("ms", F.unix_millis("prepared_at"))
+        )
+        for r in pending.collect():
+            entry = r.asDict()
+            ms = entry.pop("ms")
+            self.oldest.append(((ms, entry["half_commit_log_offset"]), {**entry, "prepared_at": str(r["prepared_at"])}))
+
+
+def _summary_rows(rest: pa.Table) -> _SummaryRows:
+    """The pass's rows other than SEVERAL (REST_ARROW) as :class:`_SummaryRows`."""
+    from pyspark.sql.types import TimestampType
+
+    role = rest["role"]
+    counted = rest.filter(pc.equal(role, audit_ranges.COUNT)).to_pylist()
+    kinds: dict[str, int] = {}
+    for r in rest.filter(pc.equal(role, audit_ranges.ANOMALY)).to_pylist():
+        kinds[r["anomaly"]] = kinds.get(r["anomaly"], 0) + r["count"]
+    now = int(time.time() * 1000)
+    timestamp = TimestampType()
+    oldest = []
+    for r in rest.filter(pc.equal(role, audit_ranges.OLDEST)).to_pylist():
+        entry = {c: r[c] for c in AUDIT_COLUMNS[:5]}
+        entry["prepared_at"] = str(timestamp.fromInternal(r["prepared_ms"] * 1000))  # as collect() gives it
+        entry |= {c: r[c] for c in AUDIT_COLUMNS[7:12]}
+        deliveries = r["deliveries"]
+        entry |= {"messages": 1, "messages_delivered": int(deliveries > 0), "max_deliveries": deliveries}
+        entry["age_ms"] = now - r["prepared_ms"]
+        oldest.append(((r["prepared_ms"], r["half_commit_log_offset"]), entry))
+    return _SummaryRows(
+        [(r["producer_group"], r["real_topic"], r["resolution"], r["count"]) for r in counted], kinds, oldest
     )

@@ -53,6 +53,7 @@ SIDE_ARROW = pa.schema([*EVENTS_SCHEMA, pa.field("target", pa.int32()), pa.field
 RANGES_SCHEMA = "path string, start bigint, lo bigint, hi bigint, first bigint"
 NO_RANGE = -1  # the target of events whose half message lies in no range of the store
 SCAN_BATCH_ROWS = 1 << 18
+EVENTS_DICTIONARY = ["kind", "producer_group", "topic", "decision"]  # the columns of few distinct values
 
 
 @dataclass(frozen=True)
@@ -89,18 +90,34 @@ def plan_ranges(store: str, outputs: dict[str, pa.Schema], split_bytes: int = DE
     return ranges
 
 
-def write_part(table: pa.Table, folder: str, index: int) -> None:
+def write_part(table: pa.Table, folder: str, index: int, dictionary: list[str] | None = None) -> None:
     """``table`` as ``folder/part-<index>.parquet``, written under a hidden name (which Spark does not read) and
-    renamed: a retried task replaces its own part."""
+    renamed: a retried task replaces its own part. ``dictionary``: the columns to dictionary-encode (those whose
+    values repeat; by default all, which costs the time of trying it on columns of unique values and giving up)."""
     final = part_path(folder, index)
     temporary = os.path.join(folder, f".{os.path.basename(final)}.{os.getpid()}.tmp")
-    pq.write_table(table, temporary)
+    pq.write_table(table, temporary, use_dictionary=True if dictionary is None else dictionary)
     os.replace(temporary, final)
 
 
+def one_task_threads() -> None:
+    """Arrow's thread pools sized to the cores Spark gave this task (``spark.task.cpus``, 1 by default): with a
+    pool per core in every Python worker, the tasks running side by side take turns on the same cores, and a read
+    or a join spent two to three times the CPU it does in one thread."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    cores = max(1, context.cpus()) if context is not None else 1
+    pa.set_cpu_count(cores)
+    pa.set_io_thread_count(cores)
+
+
 def plan(spark: Any, store: str, outputs: dict[str, pa.Schema], split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Range]:
-    """:func:`plan_ranges`, run by an executor (which sees the store and the output folders as the scan's tasks do;
-    through Spark Connect the client may not)."""
+    """:func:`plan_ranges`, run where the scan's tasks run: by the driver itself when the session is local (its
+    executor is this machine), else by an executor, which sees the store and the output folders as the scan's tasks
+    do (on a cluster, or through Spark Connect, the driver or the client may not)."""
+    if runs_here(spark):
+        return plan_ranges(store, outputs, split_bytes)
     fields = [
         ("path", pa.string()),
         ("start", pa.int64()),
@@ -110,6 +127,7 @@ def plan(spark: Any, store: str, outputs: dict[str, pa.Schema], split_bytes: int
     ]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        one_task_threads()
         for _ in batches:
             pass
         ranges = plan_ranges(store, outputs, split_bytes)
@@ -117,6 +135,12 @@ def plan(spark: Any, store: str, outputs: dict[str, pa.Schema], split_bytes: int
 
     rows = spark.range(0, 1, 1, 1).mapInArrow(run, RANGES_SCHEMA).collect()
     return [Range(r["path"], r["start"], r["lo"], r["hi"], r["first"]) for r in rows]
+
+
+def runs_here(spark: Any) -> bool:
+    """Whether ``spark``'s tasks run on this machine: a classic session (not Spark Connect) of a ``local`` master."""
+    context = getattr(spark, "_sc", None)  # a Spark Connect session has none
+    return context is not None and str(context.master).startswith("local")
 
 
 def targets(half_phys: pa.Array, spans: list[tuple[int, int]]) -> pa.Array:
@@ -131,7 +155,7 @@ def targets(half_phys: pa.Array, spans: list[tuple[int, int]]) -> pa.Array:
 def scan_range(ranges: list[Range], index: int, events_path: str, batch_rows: int = SCAN_BATCH_ROWS) -> pa.Table:
     """Step 2 for range ``index``: its part file written, its side output returned (SIDE_ARROW)."""
     table = pa.Table.from_batches(list(transaction_batches(ranges[index].segment(), batch_rows)), EVENTS_SCHEMA)
-    write_part(table, events_path, index)
+    write_part(table, events_path, index, EVENTS_DICTIONARY)
     return side_rows(table, ranges, index)
 
 
@@ -167,6 +191,7 @@ def scan(spark: Any, ranges: list[Range], events_path: str) -> Any:
     n = len(ranges)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        one_task_threads()
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 yield from scan_range(ranges, index, events_path).to_batches()
@@ -174,86 +199,141 @@ def scan(spark: Any, ranges: list[Range], events_path: str) -> Any:
     return spark.range(0, n, 1, max(n, 1)).mapInArrow(run, SIDE_SCHEMA)
 
 
-def local_pass_rows(
-    ranges: list[Range], events_path: str, side: pa.Table, columns: tuple[str, ...]
-) -> Iterator[tuple[int, pa.Table]]:
-    """Step 3 for the ranges named in ``side`` (rows of SIDE_ARROW, grouped by ``target``): each range's own events
-    from its part file and its share of ``side``, through :func:`per_transaction`, one range at a time: (range, its
-    rows of PASS_ARROW)."""
+def range_pass(ranges: list[Range], events_path: str, index: int, side: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    """Step 3's events for range ``index`` (NO_RANGE: the events whose half message lies in no range): its own
+    events from its part file, with the rows of ``side`` (SIDE_ARROW) routed to it, through :func:`per_transaction`:
+    its rows of PASS_ARROW."""
     from txmq.spark.audit import PASS_ARROW, per_transaction
 
     schema = pa.schema([EVENTS_SCHEMA.field(c) for c in columns])  # Spark may say a column holds no null
-    events = side.filter(pc.is_in(side["kind"], value_set=pa.array(["OP", "RESUME", "DELIVERY"])))
-    for index in pc.unique(side["target"]).to_pylist():
-        mine = events.filter(pc.equal(events["target"], index)).select(list(columns)).cast(schema)
-        parts = [mine]
-        if index != NO_RANGE:
-            own = pq.read_table(part_path(events_path, index), columns=list(columns))
-            lo, hi = ranges[index].span
-            hp = own["half_phys"]
-            parts.insert(0, own.filter(pc.and_(pc.greater_equal(hp, lo), pc.less(hp, hi))))
-        table = pa.concat_tables(parts)
-        yield index, pa.Table.from_batches(list(per_transaction(iter(table.to_batches()))), PASS_ARROW)
+    routed = pc.and_(pc.is_in(side["kind"], value_set=_ROUTED_KINDS), pc.equal(side["target"], index))
+    parts = [side.filter(pc.fill_null(routed, False)).select(list(columns)).cast(schema)]
+    if index != NO_RANGE:
+        own = pq.read_table(part_path(events_path, index), columns=list(columns))
+        lo, hi = ranges[index].span
+        hp = own["half_phys"]
+        parts.insert(0, own.filter(pc.and_(pc.greater_equal(hp, lo), pc.less(hp, hi))).cast(schema))
+    table = pa.concat_tables(parts)
+    return pa.Table.from_batches(list(per_transaction(iter(table.to_batches()))), PASS_ARROW)
+
+
+_ROUTED_KINDS = pa.array(["OP", "RESUME", "DELIVERY"])
+
+
+def local_pass_rows(
+    ranges: list[Range], events_path: str, side: pa.Table, columns: tuple[str, ...]
+) -> Iterator[tuple[int, pa.Table]]:
+    """:func:`range_pass` for each range named in ``side`` (rows of SIDE_ARROW): (range, its rows of PASS_ARROW)."""
+    for index in pc.unique(side["target"]).drop_null().to_pylist():
+        yield index, range_pass(ranges, events_path, index, side, columns)
 
 
 # The roles of the rows the audit pass hands Spark (column ``role`` of txmq.spark.audit.REST_SCHEMA).
 SEVERAL = "SEVERAL"  # a half message of a transaction of several messages: grouped in Spark
-ORPHAN = "ORPHAN"  # copies whose half message is not in the store
-ODD = "ODD"  # a transaction of one message that is an anomaly (anything but one copy of a COMMIT, none otherwise)
 OLDEST = "OLDEST"  # one of the range's oldest PENDING transactions of one message (OLDEST_KEPT of them)
 COUNT = "COUNT"  # how many transactions of one message the range has per group, topic and resolution
+ANOMALY = "ANOMALY"  # how many anomalies of a kind (column ``anomaly``) the range wrote to anomalies.parquet
 OLDEST_KEPT = 20  # txmq.spark.audit.oldest_in_doubt's default limit
+
+# anomalies.parquet's rows (txmq.spark.audit.anomalies), as the pass writes its part of them.
+ANOMALY_ARROW = pa.schema(
+    [
+        pa.field("anomaly", pa.string()),
+        pa.field("producer_group", pa.string()),
+        pa.field("real_topic", pa.string()),
+        pa.field("uniq_key", pa.string()),
+        pa.field("half_commit_log_offset", pa.int64()),
+        pa.field("resolution", pa.string()),
+        pa.field("deliveries", pa.int32()),
+        pa.field("delivered_msg_id", pa.string()),
+    ]
+)
+COMMIT_WITHOUT_DELIVERY = "COMMIT_WITHOUT_DELIVERY"
+DOUBLE_DELIVERY = "DOUBLE_DELIVERY"
+DELIVERY_WITHOUT_COMMIT = "DELIVERY_WITHOUT_COMMIT"
+
+
+def single_anomalies(singles: pa.Table) -> pa.Table:
+    """The anomalies among transactions of one message (rows of PER_HALF_ARROW), by the rules of
+    :func:`txmq.spark.audit.anomalies` in their order (a transaction of one message is never a PARTIAL_DELIVERY),
+    as rows of ANOMALY_ARROW."""
+    deliveries = singles["deliveries"]
+    committed = pc.equal(singles["resolution"], "COMMIT")
+    cases = [
+        (pc.and_(committed, pc.equal(deliveries, 0)), COMMIT_WITHOUT_DELIVERY),
+        (pc.greater(deliveries, 1), DOUBLE_DELIVERY),
+        (pc.and_(pc.invert(committed), pc.greater(deliveries, 0)), DELIVERY_WITHOUT_COMMIT),
+    ]
+    anomaly = pc.case_when(
+        pc.make_struct(*[c for c, _ in cases], field_names=[str(i) for i in range(len(cases))]),
+        *[pa.scalar(name) for _, name in cases],
+    )
+    flagged = singles.append_column("anomaly", anomaly).filter(pc.is_valid(anomaly))
+    return flagged.select(ANOMALY_ARROW.names).cast(ANOMALY_ARROW)
+
+
+def orphan_anomalies(lone: pa.Table) -> pa.Table:
+    """The copies whose half message is not in the store (rows of PASS_ARROW with ``orphan`` true) as
+    DELIVERY_WITHOUT_COMMIT rows of ANOMALY_ARROW (no resolution)."""
+    n = lone.num_rows
+    return pa.table(
+        {
+            "anomaly": pa.repeat(pa.scalar(DELIVERY_WITHOUT_COMMIT), n),
+            **{c: lone[c] for c in ("producer_group", "real_topic", "uniq_key")},
+            "half_commit_log_offset": lone["half_phys"],
+            "resolution": pa.nulls(n, pa.string()),
+            "deliveries": lone["deliveries"],
+            "delivered_msg_id": lone["delivered_msg_id"],
+        },
+        schema=ANOMALY_ARROW,
+    )
+
+
+@dataclass(frozen=True)
+class PassOutputs:
+    """Where the audit pass writes: ``audit.parquet`` and ``anomalies.parquet``'s folders."""
+
+    audit: str
+    anomalies: str
 
 
 def audit_pass_rows(
     ranges: list[Range],
     events_path: str,
-    audit_path: str,
+    outputs: PassOutputs,
+    index: int,
     side: pa.Table,
     journal: pa.Table,
     discards: pa.Table,
-) -> Iterator[pa.RecordBatch]:
-    """Step 3 with the audit's rules (:func:`txmq.spark.audit.classify`): each range's transactions of one message
-    written as ``audit_path/part-<range>.parquet``; yielded (rows of REST_ARROW) what the summaries and the
-    anomalies need of them, and the rest (see the roles above)."""
-    from txmq.spark.audit import PASS_INPUT, REST_ARROW, classify, single_rows
+) -> pa.Table:
+    """Step 3 with the audit's rules (:func:`txmq.spark.audit.classify`) for range ``index`` (or NO_RANGE): its
+    transactions of one message written as ``audit.parquet/part-<range>.parquet``, its anomalies (theirs and the
+    copies without a half message) as ``anomalies.parquet/part-<range>.parquet`` (NO_RANGE's after the ranges');
+    returned (rows of REST_ARROW): its counts, its oldest in doubt, its anomaly counts, and the half messages of
+    transactions of several messages (see the roles above)."""
+    from txmq.spark.audit import PASS_INPUT, classify, single_rows
 
-    for index, rows in local_pass_rows(ranges, events_path, side, PASS_INPUT):
-        orphan = rows["orphan"]
-        halves = classify(rows.filter(pc.invert(orphan)), journal, discards)
-        single = pc.is_null(halves["tx_seq"])
-        singles = halves.filter(single)
-        if index != NO_RANGE:
-            write_part(single_rows(singles), audit_path, index)
-        committed = pc.equal(singles["resolution"], "COMMIT")
-        normal = pc.equal(singles["deliveries"], pc.if_else(committed, 1, 0))
-        pending = singles.filter(pc.equal(singles["resolution"], "PENDING"))
-        order = [("prepared_ms", "ascending"), ("half_commit_log_offset", "ascending")]
-        counts = singles.group_by(["producer_group", "real_topic", "resolution"], use_threads=False).aggregate(
-            [("resolution", "count", pc.CountOptions(mode="all"))]
-        )
-        lone = rows.filter(orphan)
-        parts = [
-            _role(halves.filter(pc.invert(single)), SEVERAL),
-            _role(singles.filter(pc.invert(normal)), ODD),
-            _role(pending.sort_by(order).slice(0, OLDEST_KEPT), OLDEST),
-            _role(
-                pa.table({c: counts[c] for c in ("producer_group", "real_topic", "resolution")}),
-                COUNT,
-                count=counts["resolution_count"],
-            ),
-            _role(
-                pa.table(
-                    {
-                        **{c: lone[c] for c in ("producer_group", "real_topic", "uniq_key", "deliveries")},
-                        "half_commit_log_offset": lone["half_phys"],
-                        "delivered_msg_id": lone["delivered_msg_id"],
-                    }
-                ),
-                ORPHAN,
-            ),
-        ]
-        yield from pa.concat_tables([p.cast(REST_ARROW) for p in parts]).to_batches()
+    rows = range_pass(ranges, events_path, index, side, PASS_INPUT)
+    orphan = rows["orphan"]
+    halves = classify(rows.filter(pc.invert(orphan)), journal, discards)
+    single = pc.is_null(halves["tx_seq"])
+    singles = halves.filter(single)
+    if index != NO_RANGE:
+        write_part(single_rows(singles), outputs.audit, index)
+    found = pa.concat_tables([single_anomalies(singles), orphan_anomalies(rows.filter(orphan))])
+    write_part(found, outputs.anomalies, len(ranges) if index == NO_RANGE else index)
+    pending = singles.filter(pc.equal(singles["resolution"], "PENDING"))
+    order = [("prepared_ms", "ascending"), ("half_commit_log_offset", "ascending")]
+    keys = ["producer_group", "real_topic", "resolution"]
+    counts = singles.group_by(keys, use_threads=False).aggregate([("resolution", "count", pc.CountOptions(mode="all"))])
+    kinds = found.group_by("anomaly", use_threads=False).aggregate([("anomaly", "count", pc.CountOptions(mode="all"))])
+    parts = [
+        _role(halves.filter(pc.invert(single)), SEVERAL),
+        _role(pending.sort_by(order).slice(0, OLDEST_KEPT), OLDEST),
+        _role(counts.select(keys), COUNT, count=counts["resolution_count"]),
+        _role(kinds.select(["anomaly"]), ANOMALY, count=kinds["anomaly_count"]),
+    ]
+    return pa.concat_tables(parts)
 
 
 def _role(rows: pa.Table, role: str, count: pa.Array | None = None) -> pa.Table:
@@ -272,23 +352,26 @@ def audit_pass(
     spark: Any,
     ranges: list[Range],
     events_path: str,
-    audit_path: str,
-    side: Any,
+    outputs: PassOutputs,
+    side: pa.Table,
     journal: pa.Table,
     discards: pa.Table,
 ) -> Any:
-    """Step 3 as a DataFrame (txmq.spark.audit.REST_SCHEMA; its tasks write audit.parquet's parts): ``side`` (with
-    every range's RANGE row, and the foreign events with their ``target``) shuffled by ``target`` into a partition
-    per range (hash partitioning: a partition may get two ranges, another none)."""
-    from pyspark.sql import functions as F
-
+    """Step 3 as a DataFrame (txmq.spark.audit.REST_SCHEMA; its tasks write audit.parquet's and anomalies.parquet's
+    parts): a task per range, and one for the events whose half message lies in no range when there are any.
+    ``side``: the events the scan routed to another range than their own (rows of SIDE_ARROW with their
+    ``target``), shipped with the tasks (a few per cent of the store's events: each task takes its own)."""
     from txmq.spark.audit import REST_SCHEMA
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        got = list(batches)
-        if got:
-            side = pa.Table.from_batches(got)
-            yield from audit_pass_rows(ranges, events_path, audit_path, side, journal, discards)
+    indices = list(range(len(ranges)))
+    if pc.any(pc.equal(side["target"], NO_RANGE)).as_py():
+        indices.append(NO_RANGE)
 
-    routed = side.filter(F.col("target").isNotNull() & (F.col("kind") != "DISCARD_COPY"))
-    return routed.repartition(max(len(ranges), 1), "target").mapInArrow(run, REST_SCHEMA)
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        one_task_threads()
+        for batch in batches:
+            for k in batch.column(0).to_pylist():
+                summary = audit_pass_rows(ranges, events_path, outputs, indices[k], side, journal, discards)
+                yield from summary.to_batches()
+
+    return spark.range(0, len(indices), 1, max(len(indices), 1)).mapInArrow(run, REST_SCHEMA)
