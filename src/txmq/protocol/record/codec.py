@@ -251,6 +251,24 @@ class MessageRecord:
 _crc32 = zlib.crc32
 _HOSTS_GET = _HOSTS.get
 
+# A topic's length byte and UTF-8 bytes, as a record holds them (topics repeat; bounded like _HOSTS).
+_TOPIC_PARTS: dict[str, bytes] = {}
+_TOPIC_PARTS_GET = _TOPIC_PARTS.get
+
+
+def _topic_part(topic: str) -> bytes:
+    encoded = topic.encode()
+    topic_len = len(encoded)
+    if not 0 < topic_len <= MAX_TOPIC_BYTES:
+        raise RecordEncodeError(
+            "MESSAGE_ILLEGAL", f"topic must be 1..{MAX_TOPIC_BYTES} bytes of UTF-8, got {topic_len}"
+        )
+    part = bytes((topic_len,)) + encoded
+    if len(_TOPIC_PARTS) >= _CACHE_LIMIT:
+        _TOPIC_PARTS.clear()
+    _TOPIC_PARTS[topic] = part
+    return part
+
 
 def encode_parts(
     record: MessageRecord, max_body: int | None = None, properties_text: str | None = None
@@ -260,12 +278,11 @@ def encode_parts(
     The store's append path calls this once per message, so it packs the whole fixed part with one precompiled
     struct. Raises :class:`RecordEncodeError` (``status`` MESSAGE_ILLEGAL or PROPERTIES_SIZE_EXCEEDED).
     """
-    topic = record.topic.encode()
-    topic_len = len(topic)
-    if not 0 < topic_len <= MAX_TOPIC_BYTES:
-        raise RecordEncodeError(
-            "MESSAGE_ILLEGAL", f"topic must be 1..{MAX_TOPIC_BYTES} bytes of UTF-8, got {topic_len}"
-        )
+    topic_text = record.topic
+    topic_part = _TOPIC_PARTS_GET(topic_text)
+    if topic_part is None:
+        topic_part = _topic_part(topic_text)
+    topic_len = len(topic_part) - 1
     body = record.body
     body_len = len(body)
     if max_body is not None and body_len > max_body:
@@ -300,13 +317,9 @@ def encode_parts(
     crc = record.body_crc
     if crc is None:
         crc = _crc32(body) & 0x7FFFFFFF
-    pos = fixed.size
-    total = pos + body_len + 3 + topic_len + props_len
-    buf = bytearray(total)
+    total = fixed.size + body_len + 3 + topic_len + props_len
     try:
-        fixed.pack_into(
-            buf,
-            0,
+        head = fixed.pack(
             total,
             MAGIC_CODE,
             crc,
@@ -325,13 +338,8 @@ def encode_parts(
         )
     except struct.error as exc:
         raise RecordEncodeError("MESSAGE_ILLEGAL", f"a numeric field is out of range: {exc}") from exc
-    end = pos + body_len
-    buf[pos:end] = body
-    buf[end] = topic_len
-    pos = end + 1 + topic_len
-    buf[end + 1 : pos] = topic
-    U16.pack_into(buf, pos, props_len)
-    buf[pos + 2 :] = props
+    # One join, one copy of each part: slice assignments into a zeroed buffer cost twice as much.
+    buf = bytearray().join((head, body, topic_part, U16.pack(props_len), props))
     return buf, sys_flag
 
 
