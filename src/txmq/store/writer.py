@@ -567,8 +567,6 @@ class Writer:
         pack_qo_po = QO_PO.pack_into
         qo_pos = QUEUE_OFFSET_POS
         pack_i64 = I64.pack_into
-        dispatch = DispatchRequest
-        result = PutResult
         ok = PutStatus.PUT_OK
         stats = self._stats
         topic_puts = stats.topic_puts
@@ -599,11 +597,14 @@ class Writer:
                     qo = 0
                 pack_qo_po(buf, qo_pos, qo, wpos)
                 pack_i64(buf, ts_pos, now)
+                # Called by name, not through a local alias: compiled, that is a direct call of the compiled class.
                 dispatches.append(
-                    dispatch(topic, queue_id, qo, wpos, size, now + delay if delay else code, now, sys_flag, keys, uniq)
+                    DispatchRequest(
+                        topic, queue_id, qo, wpos, size, now + delay if delay else code, now, sys_flag, keys, uniq
+                    )
                 )
                 bufs.append(buf)
-                results.append(result(ok, wpos, qo, now, size, host))
+                results.append(PutResult(ok, wpos, qo, now, size, host))
                 wpos += size
                 nbytes += size
             if req.link is not None:  # the last entry refers to those before it (its buffer is not written yet)
