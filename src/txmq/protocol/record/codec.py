@@ -16,6 +16,7 @@ import struct
 import time
 import zlib
 from dataclasses import dataclass, field
+from typing import Final
 
 from txmq.errors import ProtocolError, RecordDecodeError
 from txmq.protocol.record.layout import (
@@ -90,10 +91,10 @@ def java_string_hash(text: str) -> int:
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
 
 
-_TAGS: dict[str, int] = {}
-TAGS_CODE_CACHE = _TAGS  # hot paths try ``TAGS_CODE_CACHE.get(tags) or tags_code(tags)``: one call fewer
-_HOSTS: dict[tuple[str, int], bytes] = {}
-_CACHE_LIMIT = 4096
+_TAGS: Final[dict[str, int]] = {}
+TAGS_CODE_CACHE: Final = _TAGS  # hot paths try ``TAGS_CODE_CACHE.get(tags) or tags_code(tags)``: one call fewer
+_HOSTS: Final[dict[tuple[str, int], bytes]] = {}
+_CACHE_LIMIT: Final = 4096
 
 
 def tags_code(tags: str | None) -> int:
@@ -248,12 +249,10 @@ class MessageRecord:
         return encode_offset_msg_id(self.store_host, self.physical_offset)
 
 
-_crc32 = zlib.crc32
-_HOSTS_GET = _HOSTS.get
+_crc32: Final = zlib.crc32
 
 # A topic's length byte and UTF-8 bytes, as a record holds them (topics repeat; bounded like _HOSTS).
-_TOPIC_PARTS: dict[str, bytes] = {}
-_TOPIC_PARTS_GET = _TOPIC_PARTS.get
+_TOPIC_PARTS: Final[dict[str, bytes]] = {}
 
 
 def _topic_part(topic: str) -> bytes:
@@ -279,7 +278,7 @@ def encode_parts(
     struct. Raises :class:`RecordEncodeError` (``status`` MESSAGE_ILLEGAL or PROPERTIES_SIZE_EXCEEDED).
     """
     topic_text = record.topic
-    topic_part = _TOPIC_PARTS_GET(topic_text)
+    topic_part = _TOPIC_PARTS.get(topic_text)
     if topic_part is None:
         topic_part = _topic_part(topic_text)
     topic_len = len(topic_part) - 1
@@ -304,8 +303,8 @@ def encode_parts(
         )
     born_host = record.born_host
     store_host = record.store_host
-    born = _HOSTS_GET(born_host) or host_bytes(born_host)
-    store = _HOSTS_GET(store_host) or host_bytes(store_host)
+    born = _HOSTS.get(born_host) or host_bytes(born_host)
+    store = _HOSTS.get(store_host) or host_bytes(store_host)
     born_v6 = len(born) == 20
     store_v6 = len(store) == 20
     sys_flag = record.sys_flag & ~V6_HOSTS
