@@ -38,6 +38,8 @@ HOT_MODULES = [
     "txmq/broker/stored.py",
     "txmq/broker/refusal.py",
     "txmq/broker/send.py",
+    "txmq/protocol/topics.py",
+    "txmq/broker/topics.py",
     "txmq/net/connection.py",
     "txmq/net/dispatcher.py",
     "txmq/protocol/op_marker.py",

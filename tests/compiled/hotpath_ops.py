@@ -320,6 +320,28 @@ def op_lenient_int(raw: str | None, default: int) -> int:
     return wire.lenient_int(raw, default)
 
 
+# -- topics (protocol.topics, broker.topics: every send's checks) ---------------------------------------------------
+
+
+def op_topic(name: str, read: int, write: int, perm: int) -> tuple[Any, ...]:
+    """What the send path asks of a topic name and its config."""
+    from txmq.broker import topics
+    from txmq.protocol.topics import group_of
+
+    cfg = topics.TopicConfig(name, read, write, perm)
+    return (
+        topics.validate_topic(name),
+        topics.validate_group(name),
+        cfg.queue_count,
+        cfg.writable,
+        cfg.readable,
+        cfg.to_json(),
+        group_of(name),
+        topics.is_writable(perm),
+        topics.is_readable(perm),
+    )
+
+
 OPS: dict[str, Callable[..., Any]] = {
     name.removeprefix("op_"): fn for name, fn in list(globals().items()) if name.startswith("op_")
 }

@@ -316,6 +316,16 @@ def test_any_message_id_and_tag_alike(interpreted: Any, msg_id: str, tags: str |
     same(interpreted, "tags_code", tags)
 
 
+# -- topics -------------------------------------------------------------------------------------------------------
+
+
+@given(NAME | TEXT | st.text("abc%|-_", min_size=120, max_size=135) | st.just(""), INT32, INT32, st.integers(0, 15))
+@SETTINGS
+def test_any_topic_is_checked_alike(interpreted: Any, name: str, read: int, write: int, perm: int) -> None:
+    same(interpreted, "topic", name, read, write, perm)
+    same(interpreted, "topic", "%RETRY%" + name, read, write, perm)
+
+
 # -- request headers (protocol.headers: explicit parsers for the hot requests, the generic loop for the rest) ------
 
 # A value of each kind a header field may be sent: Java numbers (and what Long.parseLong refuses), booleans, text.

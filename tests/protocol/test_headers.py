@@ -126,6 +126,32 @@ def test_the_64_bit_limits_and_blanks_are_accepted() -> None:
     assert QueueHeader.from_ext({"topic": "T", "queueId": "+7"}).queueId == 7
 
 
+def _java_long(text: str) -> int | None:
+    """Long.parseLong as the docstring of parse_int states it: blanks around, one optional sign, ASCII digits, 64
+    bits. None where it refuses."""
+    t = text.strip()
+    body = t[1:] if t[:1] in ("+", "-") else t
+    if not body or not all("0" <= c <= "9" for c in body):
+        return None
+    value = int(t)
+    return value if -(2**63) <= value < 2**63 else None
+
+
+@given(
+    text=st.text(alphabet="0123456789", min_size=0, max_size=22)
+    | st.text(alphabet="0123456789+- \u0661\u00b2_", max_size=22)
+    | st.integers(-(2**65), 2**65).map(str)
+)
+@settings(max_examples=400, deadline=None)
+def test_parse_int_is_java_long_for_any_text(text: str) -> None:
+    """The digits-only shortcut (fewer than 19 digits) and the full rule agree everywhere."""
+    try:
+        got: int | None = headers.parse_int(text)
+    except ValueError:
+        got = None
+    assert got == _java_long(text)
+
+
 # -- one implementation: the explicit parsers of the hot requests read as the generic loop over the fields does -----
 
 HEADER_VALUE = (

@@ -1,5 +1,5 @@
-"""The answer to a put once the store has it: the response code of a put result, and the send response (as a future
-of the store's put future, so a send costs no task)."""
+"""The answer to a put once the store has it: the response code of a put result, and the send response (a future
+resolved by the store's callback, so a send costs no task)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 from txmq.broker.config import BrokerConfig
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import RemotingCommand
-from txmq.protocol.record import encode_offset_msg_id
-from txmq.store.message_store import PutStatus
+from txmq.protocol.record import MessageRecord, encode_offset_msg_id
+from txmq.store.message_store import MessageStore, PutStatus
 
 
 def put_status_code(result: Any) -> int:
@@ -54,28 +54,23 @@ def send_response(
 
 def answer_when_stored(
     cmd: RemotingCommand,
-    stored: asyncio.Future[Any],
+    store: MessageStore,
+    record: MessageRecord,
     queue_id: int,
     config: BrokerConfig,
     store_host: tuple[str, int],
     on_stored: Callable[[Any], None] | None = None,
 ) -> asyncio.Future[RemotingCommand]:
-    """The send response as a future of the store's put future (a callback, no task per message);
+    """Store ``record`` and return the send response as a future (a callback, no task per message);
     ``on_stored(result)`` runs first when the record was stored."""
-    answer: asyncio.Future[RemotingCommand] = stored.get_loop().create_future()
+    answer: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
 
-    def respond(done: asyncio.Future[Any]) -> None:
+    def respond(result: Any) -> None:
         if answer.done():
             return
-        if done.cancelled():
-            answer.cancel()
-        elif (exc := done.exception()) is not None:
-            answer.set_exception(exc)
-        else:
-            result = done.result()
-            if on_stored is not None and result.ok:
-                on_stored(result)
-            answer.set_result(send_response(cmd, result, queue_id, config, store_host))
+        if on_stored is not None and result.ok:
+            on_stored(result)
+        answer.set_result(send_response(cmd, result, queue_id, config, store_host))
 
-    stored.add_done_callback(respond)
+    store.put_then(record, respond)
     return answer

@@ -17,7 +17,7 @@ import math
 import struct
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -40,8 +40,8 @@ DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 
 DEFAULT_VERSION = 409  # MQVersion of 4.9.8; Java clients gate features on the broker's version (wire §8.14)
 
-JSON = 0
-ROCKETMQ = 1
+JSON: Final = 0
+ROCKETMQ: Final = 1
 
 LANGUAGE_NAMES: tuple[str, ...] = (
     "JAVA",
@@ -58,17 +58,17 @@ LANGUAGE_NAMES: tuple[str, ...] = (
     "OMS",
     "RUST",
 )
-_LANGUAGE_VALUES = {name: i for i, name in enumerate(LANGUAGE_NAMES)}
-_OTHER = 7
+_LANGUAGE_VALUES: Final = {name: i for i, name in enumerate(LANGUAGE_NAMES)}
+_OTHER: Final = 7
 
-_INT32_MIN = -0x80000000
-_INT32_MAX = 0x7FFFFFFF
+_INT32_MIN: Final = -0x80000000
+_INT32_MAX: Final = 0x7FFFFFFF
 
-_PREFIX = struct.Struct(">iI")  # frame length, (type << 24 | header length)
-_I32 = struct.Struct(">i")
-_U16 = struct.Struct(">H")
-_BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
-_BIN_ENTRY_KEY = struct.Struct(">h")
+_PREFIX: Final = struct.Struct(">iI")  # frame length, (type << 24 | header length)
+_I32: Final = struct.Struct(">i")
+_U16: Final = struct.Struct(">H")
+_BIN_FIXED: Final = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_BIN_ENTRY_KEY: Final = struct.Struct(">h")
 
 # A process-wide request id. itertools.count is atomic under the GIL; the mask keeps ids non-negative int32 and
 # makes them wrap, which is what the C++ client does too.
@@ -233,6 +233,9 @@ def _stringify_ext(ext: dict[str, Any]) -> dict[str, str]:
 # Encoding
 
 
+_json_dumps: Final = orjson.dumps
+
+
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
     header: dict[str, Any] = {
         "code": cmd.code,
@@ -245,7 +248,7 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
         header["remark"] = cmd.remark
     header["extFields"] = _stringify_ext(cmd.ext_fields)
     header["serializeTypeCurrentRPC"] = "JSON"
-    return orjson.dumps(header)
+    return _json_dumps(header)
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
@@ -321,9 +324,12 @@ def _language_name(value: Any) -> str:
     raise FrameError(f"JSON header field 'language' must be a string, got {type(value).__name__}")
 
 
+_json_loads: Final = orjson.loads  # read once, not as a module attribute per frame
+
+
 def _decode_json_header(header_bytes: bytes, body: bytes) -> RemotingCommand:
     try:
-        header = orjson.loads(header_bytes)
+        header = _json_loads(header_bytes)
     except orjson.JSONDecodeError as exc:
         raise FrameError(f"JSON header is not valid JSON (or not UTF-8): {exc}") from None
     if type(header) is not dict:

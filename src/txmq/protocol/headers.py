@@ -65,6 +65,8 @@ def parse_int(text: str) -> int:
     """Java's ``Long.parseLong`` (surrounding blanks forgiven): ASCII digits with an optional sign, within 64 bits.
     Python's ``int`` alone would take "1_000", non-ASCII digits and numbers of any size, which then break whatever
     stores them (a consumer offset of 10**30 made every later write of the offsets file fail)."""
+    if len(text) <= 18 and text.isdigit() and text.isascii():
+        return int(text)  # what every client sends: plain digits, fewer than 19 of them, so within 64 bits
     t = text.strip()
     if not t.isascii() or not t.lstrip("+-").isdigit() or t.count("-") + t.count("+") > 1:
         raise ValueError(f"not a decimal integer: {text!r:.40}")

@@ -340,7 +340,7 @@ class CommitLog:
         ZERO mode this also keeps the zeroer ahead of the writer."""
         fd = seg.fd
         n = len(buffers)
-        end = seg_pos + (len(buffers[0]) if n == 1 else sum(len(b) for b in buffers))
+        end = seg_pos + (len(buffers[0]) if n == 1 else sum(map(len, buffers)))
         with self._zero_lock:
             if end > seg.high:
                 seg.high = end
@@ -357,7 +357,7 @@ class CommitLog:
         i = 0
         while i < n:
             chunk = buffers[i : i + IOV_MAX]
-            want = sum(len(b) for b in chunk) if len(chunk) > 1 else len(chunk[0])
+            want = sum(map(len, chunk)) if len(chunk) > 1 else len(chunk[0])
             done = os.pwritev(fd, chunk, seg_pos)
             if done != want:  # short write: finish this chunk the slow way
                 _finish_short_write(fd, chunk, seg_pos, done)

@@ -39,7 +39,6 @@ __all__ = [
 
 _CACHE_LIMIT = 4096
 _TS_POS_V4, _TS_POS_V6 = STORE_TIMESTAMP_POS_BY_BORN_V6
-_TAGS_GET = TAGS_CODE_CACHE.get
 
 # One encoded record waiting for the writer, as a plain tuple because it is built once per message on the event
 # loop (a slots class costs about 1 us more). ``buf`` is stamped in place with the offsets and the store time.
@@ -104,7 +103,7 @@ def encode_entry(record: MessageRecord, max_body: int, delay_levels_ms: list[int
     if properties:
         get = properties.get
         tags = get("TAGS")
-        code = (_TAGS_GET(tags) or tags_code(tags)) if tags else 0
+        code = (TAGS_CODE_CACHE.get(tags) or tags_code(tags)) if tags else 0
         keys = get("KEYS")
         uniq = get("UNIQ_KEY")
         delay = schedule_delay_ms(topic_text, properties, delay_levels_ms) if topic_text == SCHEDULE_TOPIC else 0

@@ -265,6 +265,11 @@ class MessageStore:
         task per message (the broker's send processor). Must be called on a running event loop."""
         return self._writer.put_future(record)
 
+    def put_then(self, record: MessageRecord, then: Callable[[PutResult], None]) -> None:
+        """:meth:`put_future` without the future: ``then(result)`` runs on this event loop once the result is there,
+        one event-loop turn sooner than a future's callback would. Must be called on a running event loop."""
+        self._writer.put_then(record, then)
+
     async def put_many(self, records: list[MessageRecord], *, link: str | None = None) -> list[PutResult]:
         """Append records as one request: see :meth:`put_many_future`."""
         return await self._writer.put_many_future(records, link)

@@ -96,7 +96,7 @@ NewMessagesCallback = Callable[[str, int, int], Any]
 class _Request:
     """One put or put_many waiting for the writer."""
 
-    __slots__ = ("entries", "future", "link", "loop", "result", "single", "waiter")
+    __slots__ = ("entries", "future", "link", "loop", "result", "single", "then", "waiter")
 
     def __init__(
         self,
@@ -104,9 +104,11 @@ class _Request:
         future: asyncio.Future[Any] | None,
         loop: asyncio.AbstractEventLoop | None,
         single: bool,
+        then: Callable[[Any], None] | None = None,
     ) -> None:
         self.entries = entries
-        self.future = future
+        self.future = future  # resolved with the result on ``loop``; or
+        self.then = then  # called with it there (no future, no extra event-loop turn)
         self.loop = loop
         self.single = single
         self.result: Any = None
@@ -169,8 +171,16 @@ _STOP = object()
 def _complete_on_loop(
     reqs: list[_Request], updates: list[tuple[tuple[str, int], int]] | None, hooks: list[NewMessagesCallback]
 ) -> None:
-    """Runs on an event loop: resolve that loop's futures of one group, then tell the new-message hooks."""
+    """Runs on an event loop: resolve that loop's futures of one group (or call their ``then``), then tell the
+    new-message hooks."""
     for req in reqs:
+        then = req.then
+        if then is not None:
+            try:
+                then(req.result)
+            except Exception:
+                log.exception("a put's callback %r failed", then)
+            continue
         fut = req.future
         if fut is not None and not fut.done():
             fut.set_result(req.result)
@@ -265,16 +275,42 @@ class Writer:
     def put_future(self, record: MessageRecord) -> asyncio.Future[PutResult]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[PutResult] = loop.create_future()
+        self._put(loop, record, fut, None)
+        return fut
+
+    def put_then(self, record: MessageRecord, then: Callable[[PutResult], None]) -> None:
+        """:meth:`put_future` without the future: ``then(result)`` runs on this event loop once the result is there
+        (in the callback that completes the writer's group: one event-loop turn less than a future's callback)."""
+        self._put(asyncio.get_running_loop(), record, None, then)
+
+    def _put(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        record: MessageRecord,
+        fut: asyncio.Future[PutResult] | None,
+        then: Callable[[PutResult], None] | None,
+    ) -> None:
         try:
             entry = encode_entry(record, self._max_body, self._delay_levels)
         except EntryError as exc:
-            fut.set_result(self.refused(exc.status, str(exc)))
-            return fut
+            self._answer_now(loop, fut, then, self.refused(exc.status, str(exc)))
+            return
         if len(entry[0]) > self._max_record:
-            fut.set_result(self.refused("MESSAGE_ILLEGAL", self._too_big(len(entry[0]))))
-            return fut
-        self._submit(loop, _Request([entry], fut, loop, True))
-        return fut
+            self._answer_now(loop, fut, then, self.refused("MESSAGE_ILLEGAL", self._too_big(len(entry[0]))))
+            return
+        self._submit(loop, _Request([entry], fut, loop, True, then))
+
+    @staticmethod
+    def _answer_now(
+        loop: asyncio.AbstractEventLoop,
+        fut: asyncio.Future[PutResult] | None,
+        then: Callable[[PutResult], None] | None,
+        result: PutResult,
+    ) -> None:
+        if fut is not None:
+            fut.set_result(result)
+        elif then is not None:
+            loop.call_soon(then, result)  # never before put_then has returned
 
     def put_many_future(self, records: list[MessageRecord], link: str | None) -> asyncio.Future[list[PutResult]]:
         loop = asyncio.get_running_loop()
@@ -531,8 +567,6 @@ class Writer:
         pack_qo_po = QO_PO.pack_into
         qo_pos = QUEUE_OFFSET_POS
         pack_i64 = I64.pack_into
-        dispatch = DispatchRequest
-        result = PutResult
         ok = PutStatus.PUT_OK
         stats = self._stats
         topic_puts = stats.topic_puts
@@ -563,11 +597,14 @@ class Writer:
                     qo = 0
                 pack_qo_po(buf, qo_pos, qo, wpos)
                 pack_i64(buf, ts_pos, now)
+                # Called by name, not through a local alias: compiled, that is a direct call of the compiled class.
                 dispatches.append(
-                    dispatch(topic, queue_id, qo, wpos, size, now + delay if delay else code, now, sys_flag, keys, uniq)
+                    DispatchRequest(
+                        topic, queue_id, qo, wpos, size, now + delay if delay else code, now, sys_flag, keys, uniq
+                    )
                 )
                 bufs.append(buf)
-                results.append(result(ok, wpos, qo, now, size, host))
+                results.append(PutResult(ok, wpos, qo, now, size, host))
                 wpos += size
                 nbytes += size
             if req.link is not None:  # the last entry refers to those before it (its buffer is not written yet)

@@ -14,6 +14,7 @@ from txmq.protocol.record import (
     MessageRecord,
     Prop,
     TransactionType,
+    body_crc,
     encode_offset_msg_id,
     with_transaction_type,
 )
@@ -25,13 +26,16 @@ _COMMIT_TYPE = int(TransactionType.COMMIT)
 
 def make_half(record: MessageRecord) -> MessageRecord:
     """``record`` (a prepare) turned into its half message, in place: stored in the half topic's queue 0 with its
-    destination in REAL_TOPIC / REAL_QID and the transaction bits of sysFlag cleared."""
+    destination in REAL_TOPIC / REAL_QID and the transaction bits of sysFlag cleared. Its body CRC is kept on it:
+    the half message's encoding and its committed copy's then share one computation."""
     props = record.properties
     props[Prop.REAL_TOPIC] = record.topic
     props[Prop.REAL_QID] = str(record.queue_id)
     record.topic = TRANS_HALF_TOPIC
     record.queue_id = 0
     record.sys_flag &= ~TRANSACTION_MASK  # TransactionType.NOT_TYPE
+    if record.body_crc is None:
+        record.body_crc = body_crc(record.body)
     return record
 
 

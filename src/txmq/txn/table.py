@@ -174,6 +174,14 @@ class TransactionTable:
             return None
         return join_refusal(half, tx_id, self.groups.get(tx_id), self.settings.max_messages)
 
+    def half_stored(self, half: MessageRecord, result: Any) -> None:
+        """The store has ``half`` (``result`` is a stored put result: its place and store time): it is in doubt."""
+        half.physical_offset = result.physical_offset
+        half.queue_offset = result.queue_offset
+        half.store_timestamp = result.store_timestamp
+        half.store_size = result.size
+        self.prepared(half)
+
     def prepared(self, half: MessageRecord) -> None:
         """A half message is stored (offsets and store time filled in): it is in doubt, and fresh (a message of a
         transaction of several gets its record at once: it is decided with the others)."""

@@ -294,11 +294,7 @@ class TransactionService:
 
     def half_stored(self, half: MessageRecord, result: Any) -> None:
         """The store has ``half`` (``result`` is a stored one): the transaction is in doubt."""
-        half.physical_offset = result.physical_offset
-        half.queue_offset = result.queue_offset
-        half.store_timestamp = result.store_timestamp
-        half.store_size = result.size
-        self.table.prepared(half)
+        self.table.half_stored(half, result)
 
     # -- decisions -------------------------------------------------------------------------------------------------
 

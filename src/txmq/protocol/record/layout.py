@@ -15,7 +15,7 @@ MAGIC_CODE: Final = 0xDAA320A7  # stored as the signed int -626843481
 BLANK_MAGIC_CODE = 0xCBD43194  # end-of-file filler, signed -875286124
 
 MAX_TOPIC_BYTES: Final = 127  # the topic length is a signed byte
-MAX_PROPERTIES_BYTES = 32767  # the properties length is a signed short
+MAX_PROPERTIES_BYTES: Final = 32767  # the properties length is a signed short
 BLANK_HEADER_SIZE = 8  # TOTALSIZE + BLANK_MAGIC_CODE
 
 
@@ -33,11 +33,11 @@ class SysFlag(enum.IntFlag):
     INNER_BATCH = 0x80
 
 
-TRANSACTION_MASK = 0xC
+TRANSACTION_MASK: Final = 0xC
 # Plain ints for hot paths: IntFlag arithmetic costs about a microsecond per operation.
 BORN_V6: Final = 0x10
 STORE_V6: Final = 0x20
-V6_HOSTS = BORN_V6 | STORE_V6
+V6_HOSTS: Final = BORN_V6 | STORE_V6
 V6_EXTRA: Final = 12  # an IPv6 host takes 20 bytes instead of 8
 
 # -- fixed offsets (both hosts IPv4 for the fields after BORNHOST) ---------------------------------------------------
@@ -46,7 +46,7 @@ MAGIC_POS = 4
 BODY_CRC_POS: Final = 8
 QUEUE_ID_POS = 12
 FLAG_POS = 16
-QUEUE_OFFSET_POS = 20
+QUEUE_OFFSET_POS: Final = 20
 PHYSICAL_OFFSET_POS: Final = 28  # right after QUEUEOFFSET: both are written with one QO_PO pack
 SYS_FLAG_POS: Final = 36
 BORN_TIMESTAMP_POS = 40
@@ -55,19 +55,19 @@ _STORE_TIMESTAMP_POS = 56  # + V6_EXTRA with an IPv6 born host
 _BODY_LEN_POS = 84  # + V6_EXTRA per IPv6 host
 
 # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP: everything before the hosts
-HEAD = struct.Struct(">iIiiiqqiq")
+HEAD: Final = struct.Struct(">iIiiiqqiq")
 HEAD_SIZE = HEAD.size  # 48 == BORN_HOST_POS
-HEAD_TO_SYS_FLAG = struct.Struct(">iIiiiqqi")  # HEAD without BORNTIMESTAMP: what a verification scan needs
-SIZE_MAGIC = struct.Struct(">iI")
-QO_PO = struct.Struct(">qq")  # QUEUEOFFSET then PHYSICALOFFSET
+HEAD_TO_SYS_FLAG: Final = struct.Struct(">iIiiiqqi")  # HEAD without BORNTIMESTAMP: what a verification scan needs
+SIZE_MAGIC: Final = struct.Struct(">iI")
+QO_PO: Final = struct.Struct(">qq")  # QUEUEOFFSET then PHYSICALOFFSET
 # RECONSUMETIMES PREPARED_TX_OFFSET BODYLEN, right after the store host
-TAIL_AFTER_HOSTS = struct.Struct(">iqi")
-I32 = struct.Struct(">i")
-I64 = struct.Struct(">q")
-U16 = struct.Struct(">H")
+TAIL_AFTER_HOSTS: Final = struct.Struct(">iqi")
+I32: Final = struct.Struct(">i")
+I64: Final = struct.Struct(">q")
+U16: Final = struct.Struct(">H")
 
 # The whole fixed part, TOTALSIZE .. BODYLEN, for each (born v6, store v6): the encoder packs it in one call.
-FIXED = {
+FIXED: Final = {
     (b, s): struct.Struct(f">iIiiiqqiq{20 if b else 8}sq{20 if s else 8}siqi")
     for b in (False, True)
     for s in (False, True)
