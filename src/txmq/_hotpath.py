@@ -122,3 +122,13 @@ def is_compiled(module: ModuleType) -> bool:
     """Whether ``module`` was loaded from an extension module rather than from its ``.py``."""
     origin = getattr(module, "__file__", None) or ""
     return origin.endswith(tuple(EXTENSION_SUFFIXES))
+
+
+def reduce_by_fields(obj: object) -> tuple[type, tuple[object, ...]]:
+    """``__reduce__`` for a dataclass whose ``__init__`` is written out (``@dataclass(init=False)``): rebuilt by
+    calling the class with its fields in order. Compiled by mypyc, such a class's ``__new__`` runs that ``__init__``,
+    so the default reduction (``cls.__new__(cls)``, then the state) fails for lack of the required arguments, and
+    ``copy.copy``, ``copy.deepcopy`` and ``pickle`` with it."""
+    import dataclasses
+
+    return type(obj), tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))  # type: ignore[arg-type]

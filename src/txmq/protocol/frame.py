@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import orjson
 
+from txmq._hotpath import reduce_by_fields
 from txmq.errors import FrameError
 
 __all__ = [
@@ -121,6 +122,9 @@ class RemotingCommand:
         self.language = language
         self.version = version
         self.serialize_type = serialize_type
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return reduce_by_fields(self)  # copy and pickle (the written-out __init__ needs its arguments)
 
     @property
     def is_response(self) -> bool:

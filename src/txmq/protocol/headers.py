@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
+from txmq._hotpath import reduce_by_fields
 from txmq.errors import ProtocolError
 
 
@@ -277,6 +278,9 @@ class SendMessageRequestHeader(Header):
         self.maxReconsumeTimes = maxReconsumeTimes
         self.batch = batch
 
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return reduce_by_fields(self)  # copy and pickle (the written-out __init__ needs its arguments)
+
     @classmethod
     def from_ext(cls, ext: dict[str, str] | None) -> Self:
         """Either naming: V2's letters when ``a`` or ``b`` is present (then only letters are read), else V1's long
@@ -385,6 +389,9 @@ class PullMessageRequestHeader(Header):
         self.subscription = subscription
         self.subVersion = subVersion
         self.expressionType = expressionType
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return reduce_by_fields(self)  # copy and pickle (the written-out __init__ needs its arguments)
 
     @classmethod
     def from_ext(cls, ext: dict[str, str] | None) -> Self:

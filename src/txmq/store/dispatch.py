@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from txmq._hotpath import reduce_by_fields
+
 
 @dataclass(slots=True, init=False)
 class DispatchRequest:
@@ -50,6 +52,9 @@ class DispatchRequest:
         self.sys_flag = sys_flag
         self.keys = keys
         self.uniq_key = uniq_key
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return reduce_by_fields(self)  # copy and pickle (the written-out __init__ needs its arguments)
 
     @property
     def has_consume_queue(self) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from txmq._hotpath import reduce_by_fields
 from txmq.protocol.record import MessageRecord
 from txmq.txn.history import TransactionRecord
 from txmq.txn.model import By, Decision
@@ -59,6 +60,9 @@ class DecisionRequest:
         self.origin = origin
         self.messages = messages
 
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return reduce_by_fields(self)  # copy and pickle (the written-out __init__ needs its arguments)
+
 
 @dataclass(slots=True)
 class Reply:
@@ -100,6 +104,9 @@ class StoreDecision:
         self.rec = rec
         self.msg_id = msg_id
         self.group = group
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return reduce_by_fields(self)  # copy and pickle (the written-out __init__ needs its arguments)
 
 
 @dataclass(slots=True)

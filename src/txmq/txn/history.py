@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from txmq._hotpath import reduce_by_fields
 from txmq.protocol.record import MessageRecord, Prop, encode_offset_msg_id
 from txmq.txn.journal import CheckAttempt
 from txmq.txn.machine import next_state
@@ -237,6 +238,9 @@ class Light:
         self.by = by
         self.at = at
         self.copy_phys = copy_phys
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return reduce_by_fields(self)  # copy and pickle (the written-out __init__ needs its arguments)
 
 
 class History:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from txmq._hotpath import reduce_by_fields
 from txmq.broker.stored import put_status_code
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.op_marker import OP_TAG, PROP_COPY_MSG_ID
@@ -94,6 +95,9 @@ class Queued:
         self.answer = answer
         self.holds_turn = holds_turn
         self.unit = unit
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return reduce_by_fields(self)  # copy and pickle (the written-out __init__ needs its arguments)
 
 
 class DecisionWriter:

@@ -18,6 +18,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Final
 
+from txmq._hotpath import reduce_by_fields
 from txmq.errors import ProtocolError, RecordDecodeError
 from txmq.protocol.record.layout import (
     BLANK_MAGIC_CODE,
@@ -227,6 +228,9 @@ class MessageRecord:
         self.properties = {} if properties is None else properties
         self.body_crc = body_crc
         self.store_size = store_size
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return reduce_by_fields(self)  # copy and pickle (the written-out __init__ needs its arguments)
 
     @property
     def tags(self) -> str | None:
