@@ -38,6 +38,7 @@ HOT_MODULES = [
     "txmq/broker/stored.py",
     "txmq/broker/refusal.py",
     "txmq/broker/send.py",
+    "txmq/broker/rpc_latency.py",
     "txmq/protocol/topics.py",
     "txmq/broker/topics.py",
     "txmq/net/connection.py",

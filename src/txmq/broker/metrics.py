@@ -3,20 +3,18 @@
 Names and labels are RocketMQ 5's (``BrokerMetricsConstant``, ``DefaultStoreMetricsConstant``,
 ``RemotingMetricsConstant``) where RocketMQ has the metric, so its Grafana dashboards read them; txmq's own have the
 ``txmq_`` prefix. Almost everything is read at scrape time from counters and tables the broker keeps anyway (a
-custom collector); the only work added to the request path is :class:`RpcLatency`'s timing of each request.
-Per-topic and per-group series are bounded: past ``metricsLabelLimit`` only the busiest keep their own series and the
-rest are summed into one series labelled ``topic="_others"`` (or ``consumer_group="_others"``), so sums stay true.
+custom collector); the only work added to the request path is :class:`RpcLatency`'s timing of each request
+(compiled, in :mod:`txmq.broker.rpc_latency`). Per-topic and per-group series are bounded: past
+``metricsLabelLimit`` only the busiest keep their own series and the rest are summed into one series labelled
+``topic="_others"`` (or ``consumer_group="_others"``), so sums stay true.
 The core (store, txn) never imports this module: the broker's composition root wires it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import bisect
 import heapq
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +22,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from txmq.broker.rpc_latency import RPC_BUCKETS_MS, RpcLatency
 from txmq.protocol.codes import RequestCode, ResponseCode, TxmqRequestCode
-from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.topics import (
     SCHEDULE_TOPIC,
     SYS_TRANS_GROUP,
@@ -47,8 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("txmq.broker.metrics")
 
 OTHERS = "_others"
-# RocketMQ's rpc latency buckets, in milliseconds (RemotingMetricsManager).
-RPC_BUCKETS_MS = (1.0, 3.0, 5.0, 7.0, 10.0, 100.0, 1000.0, 2000.0, 3000.0)
 # The store keeps flush times in power-of-two microsecond buckets; these are the bounds exported (64 us .. 16.8 s).
 FLUSH_BUCKET_EXPONENTS = range(6, 25)
 _SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
@@ -73,53 +69,6 @@ def response_code_name(code: int) -> str:
 
 def is_system_topic(topic: str) -> bool:
     return topic.lower().startswith(SYSTEM_TOPIC_PREFIX) or topic in _SYSTEM_TOPICS
-
-
-class RpcLatency:
-    """Times every remoting request from its handler's call to its response: ``rocketmq_rpc_latency``.
-
-    Per (request code, response code, long polling, result) a list of bucket counts plus the sum; a request costs two
-    clock reads, a bisect and two list updates.
-    """
-
-    def __init__(self) -> None:
-        self.table: dict[tuple[int, int, bool, bool], list[float]] = {}
-
-    def _record(self, code: int, cmd: RemotingCommand, response: Any, t0: float, long_polling: bool) -> None:
-        ms = (time.perf_counter() - t0) * 1000.0
-        key = (code, response.code if isinstance(response, RemotingCommand) else -1, long_polling, cmd.is_oneway)
-        row = self.table.get(key)
-        if row is None:
-            row = self.table[key] = [0.0] * (len(RPC_BUCKETS_MS) + 2)
-        row[bisect.bisect_left(RPC_BUCKETS_MS, ms)] += 1
-        row[-1] += ms
-
-    def timed(self, code: int, handler: Callable[[Any, RemotingCommand], Any]) -> Callable[[Any, RemotingCommand], Any]:
-        record = self._record
-        future_type = asyncio.Future
-
-        def call(conn: Any, cmd: RemotingCommand) -> Any:
-            t0 = time.perf_counter()
-            result = handler(conn, cmd)
-            if result is None or isinstance(result, RemotingCommand):
-                record(code, cmd, result, t0, False)
-                return result
-            if isinstance(result, future_type):
-                result.add_done_callback(
-                    lambda f: record(code, cmd, None if f.cancelled() or f.exception() else f.result(), t0, True)
-                )
-                return result
-            return awaiting(cmd, result, t0)
-
-        async def awaiting(cmd: RemotingCommand, awaitable: Any, t0: float) -> Any:
-            response = None
-            try:
-                response = await awaitable
-                return response
-            finally:
-                record(code, cmd, response, t0, False)
-
-        return call
 
 
 def _top(items: Iterable[tuple[Any, float]], limit: int) -> tuple[list[tuple[Any, float]], float, bool]:
