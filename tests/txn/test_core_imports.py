@@ -1,5 +1,6 @@
 """The transaction core knows no door and does no IO: txmq.txn imports only txmq.protocol, txmq.errors and the
-standard library (and none of its IO modules)."""
+standard library (and none of its IO modules). One more is allowed: ``txmq._hotpath``, for the ``__reduce__`` that
+mypyc-compiled dataclasses need; ``import txmq`` runs that module before any other, so importing it adds nothing."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import txmq.txn
 
 CORE = Path(txmq.txn.__file__).parent
-ALLOWED_TXMQ = ("txmq.txn", "txmq.protocol", "txmq.errors")
+ALLOWED_TXMQ = ("txmq.txn", "txmq.protocol", "txmq.errors", "txmq._hotpath")
 FORBIDDEN_STDLIB = {"asyncio", "socket", "os", "pathlib", "io", "threading", "subprocess", "selectors"}
 
 
