@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from txmq.protocol.record import decode_properties, record_starts
 from txmq.protocol.record.layout import MAGIC_CODE, MIN_RECORD_SIZE
-from txmq.protocol.record.txcolumns import _WANTED, wanted_properties
 
 HEAD = struct.Struct(">iI")
 
@@ -80,16 +79,3 @@ def split_partition(text: str) -> dict[str, str]:
 @given(st.text(alphabet="ab\x01\x02é", max_size=40))
 def test_decode_properties_reads_items_as_split_and_partition_do(text: str) -> None:
     assert decode_properties(text) == split_partition(text)
-
-
-NAMES = [*_WANTED, "TRAN_MSG", "UNIQ_KEYS", "PGROUP2", "TAG", "a"]
-ITEM = st.tuples(st.sampled_from(NAMES), st.text(alphabet="ab,1", max_size=4))
-
-
-@given(st.lists(ITEM, max_size=8), st.text(alphabet="a\x01\x02", max_size=6))
-def test_the_walkers_properties_are_decode_properties_kept_to_what_it_reads(
-    items: list[tuple[str, str]], noise: str
-) -> None:
-    text = "\x02".join(f"{k}\x01{v}" for k, v in items) + noise
-    expected = {k: v for k, v in decode_properties(text).items() if k in _WANTED}
-    assert wanted_properties(text) == expected

@@ -20,16 +20,7 @@ from typing import Final
 from zlib import crc32
 
 from txmq.errors import RecordDecodeError
-from txmq.protocol.op_marker import (
-    OP_TAG,
-    PROP_BY,
-    PROP_COPY_MSG_ID,
-    PROP_DECISION,
-    PROP_HALF_PHYS,
-    RESUME_TAG,
-    UNKNOWN,
-    parse_marker,
-)
+from txmq.protocol.op_marker import OP_TAG, PROP_DECISION, PROP_HALF_PHYS, RESUME_TAG, UNKNOWN, parse_marker
 from txmq.protocol.record.layout import (
     BLANK_HEADER_SIZE,
     BLANK_MAGIC_CODE,
@@ -47,7 +38,7 @@ from txmq.protocol.record.layout import (
     body_len_pos,
     store_timestamp_pos,
 )
-from txmq.protocol.record.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Prop
+from txmq.protocol.record.properties import Prop, decode_properties
 from txmq.protocol.topics import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 # Row kinds, by their index in the ``kinds`` column.
@@ -81,60 +72,6 @@ _BORN_TIMESTAMP_POS: Final = BORN_TIMESTAMP_POS
 _TAIL_AFTER_HOSTS: Final = TAIL_AFTER_HOSTS.size  # RECONSUMETIMES PREPARED_TX_OFFSET BODYLEN
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
-
-
-# The properties a row is made of (and parse_marker reads), by the length of their names.
-_WANTED: Final = (
-    Prop.UNIQ_KEY,
-    Prop.PGROUP,
-    Prop.REAL_TOPIC,
-    Prop.REAL_QID,
-    Prop.TRANSACTION_ID,
-    Prop.TRANSACTION_CHECK_TIMES,
-    Prop.TX_ID,
-    Prop.TX_SEQ,
-    Prop.TAGS,
-    Prop.KEYS,
-    PROP_DECISION,
-    PROP_HALF_PHYS,
-    PROP_BY,
-    PROP_COPY_MSG_ID,
-)
-
-
-def _by_length(names: tuple[str, ...]) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = {}
-    for name in names:
-        out.setdefault(len(name), []).append(name)
-    return out
-
-
-_WANTED_BY_LENGTH: Final = _by_length(_WANTED)
-
-
-def wanted_properties(text: str) -> dict[str, str]:
-    """What :func:`~txmq.protocol.record.properties.decode_properties` gives ``text``, kept to the properties in
-    ``_WANTED``. A name is compared in place (``startswith`` at the item, among the wanted names of its length), so
-    no string is made for a name, nor for a value nobody reads (``TRAN_MSG``, a user's own properties), and the keys
-    are the interned constants whose hashes are known."""
-    result: dict[str, str] = {}
-    n = len(text)
-    start = 0
-    while start < n:
-        stop = text.find(PROPERTY_SEPARATOR, start)
-        if stop < 0:
-            stop = n
-        if stop - start >= 3:
-            eq = text.find(NAME_VALUE_SEPARATOR, start, stop)
-            if start < eq < stop - 1:
-                names = _WANTED_BY_LENGTH.get(eq - start)
-                if names is not None:
-                    for name in names:
-                        if text.startswith(name, start):
-                            result[name] = text[eq + 1 : stop]
-                            break
-        start = stop + 1
-    return result
 
 
 def int32_property(text: str | None) -> int | None:
@@ -330,7 +267,7 @@ class TxColumns:
         ts_at = q + store_timestamp_pos(sys_flag)
         stored = _i64(data, ts_at)
         try:
-            props = wanted_properties(data[props_at:end].decode("utf-8"))
+            props = decode_properties(data[props_at:end].decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise RecordDecodeError(f"properties at {q} are not UTF-8") from exc
         host = self._host(data[ts_at + 8 : body_start - _TAIL_AFTER_HOSTS])
