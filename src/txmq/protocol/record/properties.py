@@ -89,7 +89,7 @@ def encode_properties(properties: dict[str, str]) -> str:
 def decode_properties(text: str) -> dict[str, str]:
     """Parse a properties string the way RocketMQ does, tolerating the trailing ``\\x02`` C++ writes."""
     # Items are found with str.find rather than split and partition: no list, no tuple and no item string per
-    # property, about 40 % less time compiled (a record's properties are parsed on every send and by the audit).
+    # property, a third less time compiled (a record's properties are parsed on every send and by the audit).
     # An item counts when its name and its value are both non-empty; the first NAME_VALUE_SEPARATOR splits it.
     result: dict[str, str] = {}
     n = len(text)
