@@ -5,6 +5,7 @@ data and ports."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -15,21 +16,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 READY_LINE = "txmq dev is running"
+_RANDOM = random.Random()  # its own: a test that seeds the random module must not make ports repeat
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (``ip_local_port_range``), 32768 when it cannot be read."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def free_port() -> int:
-    """A port that is free now, and whose neighbour (the broker's HA port) is free too."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 65000:
-            with socket.socket() as s2:
-                try:
-                    s2.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-            return port
+    """A port that is free now, and whose neighbour (the broker's HA port) is free too.
+
+    Chosen below the kernel's ephemeral range: a port the kernel hands out for ``bind(0)`` can be taken, between
+    this check and the broker's bind, as the local port of some client's outgoing connection (a Java client's, a
+    second broker's registration), which made a broker fail to start with "address already in use"."""
+    high = min(_ephemeral_low(), 65000) - 2
+    if high < 11000:  # an unusual ephemeral range: no room below it
+        high = 64998
+    for _ in range(200):
+        port = _RANDOM.randint(10000, high)
+        try:
+            with socket.socket() as s, socket.socket() as s2:
+                s.bind(("127.0.0.1", port))
+                s2.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        return port
     raise RuntimeError("no free port pair found")
 
 
