@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, settings
 
 from cluster_harness import DevCluster, ExtraBroker
 from db_harness import PostgresServer, postgres_bin_dir
+from txmq.testing import small_tmpfs, tmpfs_unavailable
 
 # Property tests assert behaviour, never speed: no per-example deadline and no "too slow" health check, which a
 # loaded 2-core machine trips (a 319 ms example against Hypothesis's 200 ms default failed a CI-like run).
@@ -91,3 +92,13 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_db(postgres_server: PostgresServer) -> str:
     """The conninfo of a new, empty database on the session's PostgreSQL server."""
     return postgres_server.create_database()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """An empty 8 MiB tmpfs (mounting needs root: skipped without it)."""
+    why_not = tmpfs_unavailable()
+    if why_not:
+        pytest.skip(why_not)
+    with small_tmpfs(tmp_path / "disk", 8) as where:
+        yield where

@@ -6,6 +6,8 @@ a RocketMQ response code and a remark a person can act on.
 
 from __future__ import annotations
 
+import errno
+
 
 class TxmqError(Exception):
     """Base class of every error txmq raises on purpose."""
@@ -33,6 +35,15 @@ class StoreClosedError(StoreError):
 
 class DiskFullError(StoreError):
     """The store's disk has no room for a new file: this append is refused, and the next one tries again."""
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an error that caused it, is a full disk (or an exhausted quota)."""
+    while exc is not None:
+        if isinstance(exc, DiskFullError) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
+            return True
+        exc = exc.__cause__
+    return False
 
 
 class CorruptStoreError(StoreError):

@@ -198,4 +198,6 @@ def test_every_written_out_class_copies_and_pickles() -> None:
             assert type(other) is type(obj)
             assert state(other) == state(obj), type(obj)
         mutable = [v for v in state(obj).values() if isinstance(v, dict)]
-        assert all(v is not w for v, w in zip(mutable, [v for v in state(deep).values() if isinstance(v, dict)], strict=True))
+        assert all(
+            v is not w for v, w in zip(mutable, [v for v in state(deep).values() if isinstance(v, dict)], strict=True)
+        )

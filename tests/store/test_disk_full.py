@@ -6,10 +6,6 @@ refuse every append until restart, and a full disk under the key index failed th
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,28 +13,9 @@ from helpers_store import make_record, small_config
 
 from txmq.store.message_store import MessageStore
 from txmq.store.writer import PutStatus
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a size-limited tmpfs needs root")
-    where = tmp_path / "disk"
-    where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)], check=True)
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
+from txmq.testing import fill
 
 CQ = 20 * 50_000  # one consume-queue file holds every entry of these tests
-
-
-def fill(ballast: Path, leave: int) -> None:
-    free = shutil.disk_usage(ballast.parent).free
-    with open(ballast, "ab") as f:
-        f.write(b"\0" * max(0, free - leave))
 
 
 def put_until_refused(store: MessageStore, start: int) -> tuple[list[tuple[int, int, bytes]], object]:

@@ -528,7 +528,7 @@ class BrokerApp:
     async def start(self) -> None:
         self._tasks = [
             asyncio.create_task(self._client_scan_loop(), name="broker-client-scan"),
-            asyncio.create_task(self._offset_persist_loop(), name="broker-offsets"),
+            asyncio.create_task(self._persist_loop(), name="broker-offsets"),
             asyncio.create_task(self._stats_sample_loop(), name="broker-stats"),
         ]
         if self.ha_master is not None:
@@ -641,10 +641,17 @@ class BrokerApp:
             self.tools_admin.sample()
             await self.clock.sleep(1.0)
 
-    async def _offset_persist_loop(self) -> None:
+    async def _persist_loop(self) -> None:
+        """Consumer offsets every few seconds, and the topic and subscription-group tables whose last write a full
+        disk deferred."""
         while True:
             await self.clock.sleep(OFFSET_PERSIST_SECONDS)
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, self.offsets.persist)
-            except OSError as exc:
-                log.error("persisting consumer offsets failed: %s", exc)
+            for what, save in (
+                ("consumer offsets", self.offsets.persist),
+                ("the topic table", self.topics.save_unsaved),
+                ("the subscription groups", self.subscriptions.save_unsaved),
+            ):
+                try:
+                    await asyncio.get_running_loop().run_in_executor(None, save)
+                except OSError as exc:
+                    log.error("persisting %s failed: %s", what, exc)

@@ -90,5 +90,10 @@ class ConsumerOffsetManager:
                 return False
             snapshot = {k: dict(v) for k, v in self.table.items()}
             self._dirty = False
-        atomic_write_json(self._path, {"offsetTable": snapshot})
+        try:
+            atomic_write_json(self._path, {"offsetTable": snapshot})
+        except BaseException:
+            with self._lock:
+                self._dirty = True  # the next call writes it again
+            raise
         return True

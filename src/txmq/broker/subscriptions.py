@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from txmq.broker.topics import validate_group
-from txmq.util import atomic_write_json
+from txmq.util import TableFile, change_or_restore
 
 log = logging.getLogger("txmq.broker")
 
@@ -33,6 +33,7 @@ class SubscriptionGroupConfig:
 class SubscriptionGroupManager:
     def __init__(self, path: str | Path | None, *, auto_create: bool = True) -> None:
         self._path = Path(path) if path else None
+        self._file = TableFile(self._path, "subscription groups")
         self._lock = threading.Lock()
         self.auto_create = auto_create
         self.groups: dict[str, SubscriptionGroupConfig] = {}
@@ -43,30 +44,41 @@ class SubscriptionGroupManager:
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 log.error("subscription groups %s are unreadable (%s); starting empty", self._path, exc)
 
-    def _persist_locked(self) -> None:
-        if self._path is not None:
-            atomic_write_json(self._path, {"subscriptionGroupTable": {n: asdict(c) for n, c in self.groups.items()}})
+    def _persist_locked(self, *, defer_when_full: bool = False) -> None:
+        """Write the table. ``defer_when_full``: a full disk only logs a warning, and the change, kept in memory, is
+        written by the next change or :meth:`save_unsaved` (what automatic creation does: a consumer's heartbeat or
+        pull must not fail because the broker's disk is full)."""
+        self._file.write(
+            lambda: {"subscriptionGroupTable": {n: asdict(c) for n, c in self.groups.items()}},
+            defer_when_full=defer_when_full,
+        )
+
+    def save_unsaved(self) -> None:
+        """Write the table again when a full disk deferred its last write."""
+        with self._lock:
+            if self._file.unsaved:
+                self._persist_locked(defer_when_full=True)
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config, created with defaults when auto-creation is on and ``group`` is a valid name (its
         retry topic, named after it, becomes a directory of the store)."""
         cfg = self.groups.get(group)
         if cfg is None and self.auto_create and validate_group(group) is None:
-            cfg = self.upsert(SubscriptionGroupConfig(group))
+            cfg = self.upsert(SubscriptionGroupConfig(group), defer_when_full=True)
         return cfg
 
-    def upsert(self, config: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+    def upsert(self, config: SubscriptionGroupConfig, *, defer_when_full: bool = False) -> SubscriptionGroupConfig:
+        """Set ``config``; when it cannot be written (and is not deferred), the table is left as it was and the
+        error raised."""
         with self._lock:
-            self.groups[config.group_name] = config
-            self._persist_locked()
+            change_or_restore(
+                self.groups, config.group_name, config, lambda: self._persist_locked(defer_when_full=defer_when_full)
+            )
         return config
 
     def delete(self, group: str) -> bool:
         with self._lock:
-            if self.groups.pop(group, None) is None:
-                return False
-            self._persist_locked()
-            return True
+            return change_or_restore(self.groups, group, None, self._persist_locked) is not None
 
     def follow(self, table: dict[str, Any]) -> bool:
         """A slave takes its master's groups (GET_ALL_SUBSCRIPTIONGROUP_CONFIG's table); returns whether any changed."""
@@ -83,7 +95,7 @@ class SubscriptionGroupManager:
             if groups == self.groups:
                 return False
             self.groups = groups
-            self._persist_locked()
+            self._persist_locked(defer_when_full=True)
         return True
 
 

@@ -38,7 +38,7 @@ from txmq.protocol.topics import (  # noqa: F401
     retry_topic,
 )
 from txmq.protocol.topics import TOPIC_NAME_RE as _TOPIC_RE
-from txmq.util import atomic_write_json
+from txmq.util import TableFile, change_or_restore
 
 log = logging.getLogger("txmq.broker")
 
@@ -127,6 +127,7 @@ class TopicConfigManager:
         self._lock = threading.Lock()
         self.topics: dict[str, TopicConfig] = {}
         self.data_version = {"timestamp": clock.now_ms(), "counter": 0}
+        self._file = TableFile(self._path, "topic config")
         self._load()
         system = [
             TopicConfig(SELF_TEST_TOPIC, 1, 1),
@@ -156,13 +157,27 @@ class TopicConfigManager:
         except (OSError, ValueError, TypeError) as exc:
             log.error("topic config %s is unreadable (%s); starting from the system topics only", self._path, exc)
 
-    def _persist_locked(self) -> None:
+    def _persist_locked(self, *, defer_when_full: bool = False) -> None:
+        """Bump the data version and write the table. ``defer_when_full``: a full disk only logs a warning, and the
+        change, kept in memory, is written by the next change or :meth:`save_unsaved` (what automatic creation does:
+        a heartbeat, pull or send must not fail on the topic table because the broker's disk is full)."""
         self.data_version = {"timestamp": self._clock.now_ms(), "counter": self.data_version["counter"] + 1}
-        if self._path is not None:
-            atomic_write_json(
-                self._path,
-                {"topicConfigTable": {n: asdict(c) for n, c in self.topics.items()}, "dataVersion": self.data_version},
-            )
+        self._write_locked(defer_when_full)
+
+    def _write_locked(self, defer_when_full: bool) -> None:
+        self._file.write(
+            lambda: {
+                "topicConfigTable": {n: asdict(c) for n, c in self.topics.items()},
+                "dataVersion": self.data_version,
+            },
+            defer_when_full=defer_when_full,
+        )
+
+    def save_unsaved(self) -> None:
+        """Write the table again when a full disk deferred its last write."""
+        with self._lock:
+            if self._file.unsaved:
+                self._write_locked(True)
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.topics.get(topic)
@@ -170,10 +185,13 @@ class TopicConfigManager:
     def is_system_topic(self, topic: str) -> bool:
         return topic in self.system_topics or topic.lower().startswith(SYSTEM_TOPIC_PREFIX)
 
-    def upsert(self, config: TopicConfig) -> TopicConfig:
+    def upsert(self, config: TopicConfig, *, defer_when_full: bool = False) -> TopicConfig:
+        """Set ``config``; when it cannot be written (and is not deferred), the table is left as it was and the
+        error raised."""
         with self._lock:
-            self.topics[config.topic_name] = config
-            self._persist_locked()
+            change_or_restore(
+                self.topics, config.topic_name, config, lambda: self._persist_locked(defer_when_full=defer_when_full)
+            )
         log.info(
             "topic %s set: %d/%d queues, perm %d",
             config.topic_name,
@@ -188,7 +206,7 @@ class TopicConfigManager:
         existing = self.topics.get(topic)
         if existing is not None:
             return existing, False
-        return self.upsert(TopicConfig(topic, queue_nums, queue_nums, perm)), True
+        return self.upsert(TopicConfig(topic, queue_nums, queue_nums, perm), defer_when_full=True), True
 
     def create_from_template(self, topic: str, template: str, requested_queues: int) -> TopicConfig | None:
         """Auto-create a topic the way a send does: from a template topic that has PERM_INHERIT."""
@@ -199,14 +217,11 @@ class TopicConfigManager:
         if tpl is None or not tpl.perm & PERM_INHERIT:
             return None
         queues = max(1, min(requested_queues, tpl.write_queue_nums))
-        return self.upsert(TopicConfig(topic, queues, queues, tpl.perm & ~PERM_INHERIT))
+        return self.upsert(TopicConfig(topic, queues, queues, tpl.perm & ~PERM_INHERIT), defer_when_full=True)
 
     def delete(self, topic: str) -> bool:
         with self._lock:
-            if self.topics.pop(topic, None) is None:
-                return False
-            self._persist_locked()
-            return True
+            return change_or_restore(self.topics, topic, None, self._persist_locked) is not None
 
     def follow(self, wrapper: dict[str, Any]) -> bool:
         """A slave takes its master's topics (a GET_ALL_TOPIC_CONFIG answer) and data version; returns whether
@@ -232,7 +247,7 @@ class TopicConfigManager:
             if topics == self.topics:
                 return False
             self.topics = topics
-            self._persist_locked()
+            self._persist_locked(defer_when_full=True)
             version = wrapper.get("dataVersion")
             if isinstance(version, dict) and "counter" in version:
                 self.data_version = dict(version)

@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
-import os
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +29,8 @@ from txmq.chaos.common import create_topics, read_topic
 from txmq.chaos.fuzz import unhandled_lines
 from txmq.chaos.report import PartResult
 from txmq.client import Message, Producer
-from txmq.testing import DevCluster
+from txmq.testing import DevCluster, fill, tmpfs_unavailable
+from txmq.testing._disk import mount_tmpfs, umount
 
 log = logging.getLogger("txmq.chaos")
 
@@ -47,47 +45,6 @@ BODY = 4000
 class DiskSettings:
     cycles: int = 2
     seed: int = 20261125
-
-
-def can_mount() -> str | None:
-    """None when this process may mount a tmpfs, else why not."""
-    if os.geteuid() != 0:
-        return "mounting a size-limited tmpfs needs root"
-    if shutil.which("mount") is None or shutil.which("umount") is None:
-        return "mount/umount not found"
-    return None
-
-
-def _mount(where: Path, size_mb: int) -> None:
-    where.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(where)], check=True)
-
-
-def _umount(where: Path) -> None:
-    for _ in range(20):
-        if subprocess.run(["umount", str(where)], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.25)
-    subprocess.run(["umount", "-l", str(where)], capture_output=True)
-
-
-def _fill(ballast: Path, leave: int) -> None:
-    """Write a ballast file that leaves about ``leave`` bytes free."""
-    free = shutil.disk_usage(ballast.parent).free
-    size = max(0, free - leave)
-    chunk = b"\0" * (1 << 20)
-    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        while size > 0:
-            n = min(size, len(chunk))
-            try:
-                size -= os.write(fd, chunk[:n])
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:  # the broker took the last bytes meanwhile: full is what we want
-                    raise
-                break
-    finally:
-        os.close(fd)
 
 
 async def _read_all(ns: str) -> dict[bytes, int]:
@@ -113,7 +70,7 @@ async def run_disk_campaign(settings: DiskSettings, work_dir: Path, progress: An
         "broker_unhandled_exceptions",
     )
     started = time.monotonic()
-    why_not = can_mount()
+    why_not = tmpfs_unavailable()
     if why_not:
         result.error = f"not run: {why_not}"
         result.seconds = time.monotonic() - started
@@ -124,7 +81,7 @@ async def run_disk_campaign(settings: DiskSettings, work_dir: Path, progress: An
     acked: set[bytes] = set()
     errors_seen: dict[str, int] = {}
     try:
-        _mount(mnt, FS_BASE_MB + FS_PER_CYCLE_MB * settings.cycles)
+        mount_tmpfs(mnt, FS_BASE_MB + FS_PER_CYCLE_MB * settings.cycles)
         mounted = True
         conf = {
             "mappedFileSizeCommitLog": str(SEGMENT),
@@ -139,7 +96,7 @@ async def run_disk_campaign(settings: DiskSettings, work_dir: Path, progress: An
         producer = Producer("ChaosDiskProducers", ns, instance_name="disk-p", retry_times_when_send_failed=0)
         async with producer:
             for cycle in range(1, settings.cycles + 1):
-                _fill(ballast, leave=2 * SEGMENT)
+                fill(ballast, leave=2 * SEGMENT)
                 # 1. send until the broker says the disk is full
                 full = unclear = False
                 deadline = time.monotonic() + 120
@@ -201,7 +158,7 @@ async def run_disk_campaign(settings: DiskSettings, work_dir: Path, progress: An
         # 4. kill -9 with the disk full, free the space, restart on the same data: every acknowledged message is
         # there and readable, and it takes writes. (A start on a disk with no byte free is not handled yet: the
         # recovery's consume-queue and key-index writes need room.)
-        _fill(ballast, leave=0)
+        fill(ballast, leave=0)
         cluster.kill()
         with contextlib.suppress(FileNotFoundError):
             ballast.unlink()
@@ -234,6 +191,6 @@ async def run_disk_campaign(settings: DiskSettings, work_dir: Path, progress: An
             with contextlib.suppress(OSError):
                 shutil.copy(cluster.data_dir / "txmq.log", work_dir / "disk-broker.log")
         if mounted:
-            _umount(mnt)
+            umount(mnt)
         result.seconds = time.monotonic() - started
     return result

@@ -46,6 +46,7 @@ from txmq.door_grpc.telemetry import (
     producer_heartbeat,
     transaction_id,
 )
+from txmq.errors import is_disk_full
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.record import MessageRecord, Prop, java_string_hash
 from txmq.txn.effects import DecisionRequest
@@ -136,6 +137,9 @@ def answering(response_type: type[R]) -> Callable[[Callable[..., Awaitable[R]]],
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if is_disk_full(exc):  # expected while the disk is full: said plainly, no traceback
+                    log.warning("gRPC %s refused, the disk is full: %s", method.__name__, exc)
+                    return response_type(status=status(d.INTERNAL_ERROR, f"the broker's disk is full: {exc}"))  # type: ignore[call-arg]
                 log.exception("gRPC %s failed", method.__name__)
                 return response_type(status=status(d.INTERNAL_ERROR, f"txmq failed on this request: {exc}"))  # type: ignore[call-arg]
 

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
 from txmq.clock import SYSTEM_CLOCK, Clock
-from txmq.errors import ConnectError, ConnectionClosedError, FrameError, RequestTimeoutError
+from txmq.errors import ConnectError, ConnectionClosedError, FrameError, RequestTimeoutError, is_disk_full
 from txmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, RemotingCommand, encode_frame_parts, next_opaque
 
 log = logging.getLogger("txmq.net")
@@ -352,6 +352,10 @@ class Connection(asyncio.Protocol):
             self._update_reading()
 
     def _handler_failed(self, cmd: RemotingCommand, exc: BaseException) -> None:
+        if is_disk_full(exc):  # expected while the disk is full: said to the client plainly, no traceback
+            log.warning("request code %d from %s:%d refused, the disk is full: %s", cmd.code, *self.peer, exc)
+            self._respond(cmd, cmd.response(_SYSTEM_ERROR, f"the broker's disk is full: {exc}"))
+            return
         log.error(
             "handler failed on request code %d (opaque %d) from %s:%d", cmd.code, cmd.opaque, *self.peer, exc_info=exc
         )

@@ -4,14 +4,13 @@ ASYNC_FLUSH's commit-log flusher; and the deletion of old segments that retentio
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
 import time
 from typing import TYPE_CHECKING
 
-from txmq.errors import DiskFullError
+from txmq.errors import DiskFullError, is_disk_full
 from txmq.store.checkpoint import Checkpoint, CheckpointState
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
@@ -259,7 +258,7 @@ class Checkpointer(_Periodic):
             self.write(clean=False)
             self._stats.checkpoint_latency_us.add((time.perf_counter_ns() - t0) // 1000)
         except Exception as exc:
-            if _disk_full(exc):  # expected while the disk is full: no traceback, the next tick retries
+            if is_disk_full(exc):  # expected while the disk is full: no traceback, the next tick retries
                 log.warning("checkpoint deferred, the disk is full: %s", exc)
             else:
                 log.exception("writing the checkpoint failed; will retry")
@@ -324,12 +323,3 @@ def delete_oldest_segments(
         consume_queue.correct_min_offset(new_min)
         key_index.delete_before(new_min)
     return deleted
-
-
-def _disk_full(exc: BaseException | None) -> bool:
-    """Whether ``exc`` (or what caused it) is a full disk."""
-    while exc is not None:
-        if isinstance(exc, DiskFullError) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
-            return True
-        exc = exc.__cause__
-    return False
