@@ -61,26 +61,35 @@ def executor_python() -> str:
     """A virtualenv with only txmq.spark.package.EXECUTOR_REQUIREMENTS (no txmq, no pandas, no pyspark: pyspark
     comes from the Spark installation). Built once per requirements and Python version under .cache/ (git-ignored);
     building it needs PyPI, like .ci/run."""
+    import fcntl
     import hashlib
-    import shutil
-    import subprocess
 
     from txmq.spark.package import EXECUTOR_REQUIREMENTS
 
     key = hashlib.sha256(repr((EXECUTOR_REQUIREMENTS, sys.version_info[:2])).encode()).hexdigest()[:12]
     venv = REPO / ".cache" / f"spark-executor-{key}"
     python = venv / "bin" / "python"
-    if not (venv / "ready").exists():
-        building = venv.with_name(venv.name + ".building")
-        shutil.rmtree(building, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(building)], check=True)
-        pip = [str(building / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        done = subprocess.run([*pip, "--only-binary", ":all:", *EXECUTOR_REQUIREMENTS], capture_output=True, text=True)
-        assert done.returncode == 0, f"building the executors' virtualenv failed:\n{done.stdout}\n{done.stderr}"
-        (building / "ready").write_text("\n".join(EXECUTOR_REQUIREMENTS) + "\n")
-        shutil.rmtree(venv, ignore_errors=True)
-        building.rename(venv)  # a venv's scripts name their folder, but only pip's do and nothing here runs them
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.with_name(venv.name + ".lock"), "w") as lock:  # one builder at a time (pytest-xdist's workers)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / "ready").exists():
+            _build_executor_venv(venv, EXECUTOR_REQUIREMENTS)
     return str(python)
+
+
+def _build_executor_venv(venv: Path, requirements: tuple[str, ...]) -> None:
+    import shutil
+    import subprocess
+
+    building = venv.with_name(venv.name + ".building")
+    shutil.rmtree(building, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(building)], check=True)
+    pip = [str(building / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    done = subprocess.run([*pip, "--only-binary", ":all:", *requirements], capture_output=True, text=True)
+    assert done.returncode == 0, f"building the executors' virtualenv failed:\n{done.stdout}\n{done.stderr}"
+    (building / "ready").write_text("\n".join(requirements) + "\n")
+    shutil.rmtree(venv, ignore_errors=True)
+    building.rename(venv)  # a venv's scripts name their folder, but only pip's do and nothing here runs them
 
 
 @pytest.fixture(scope="session")
