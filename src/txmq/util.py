@@ -48,19 +48,6 @@ def atomic_write_json(path: str | os.PathLike[str], value: Any, *, durable: bool
     atomic_write_bytes(path, orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS), durable=durable)
 
 
-def write_json_unless_full(path: str | os.PathLike[str], value: Any, *, what: str) -> bool:
-    """Write ``value`` as :func:`atomic_write_json` does and return True; when the disk is full, log a warning and
-    return False instead of raising, for a caller that keeps the change in memory and writes it again later."""
-    try:
-        atomic_write_json(path, value)
-    except OSError as exc:
-        if not is_disk_full(exc):
-            raise
-        log.warning("%s not saved, the disk is full (%s); kept in memory, saved again once there is room", what, exc)
-        return False
-    return True
-
-
 class TableFile:
     """The JSON file a broker table (topics, subscription groups) is written to whole at each change. A write that a
     full disk refuses may be deferred: the table keeps the change in memory, and :attr:`unsaved` tells its owner to
@@ -72,15 +59,27 @@ class TableFile:
         self.unsaved = False
 
     def write(self, value: Callable[[], Any], *, defer_when_full: bool = False) -> None:
-        """Write ``value()`` (nothing without a path). ``defer_when_full``: a full disk logs a warning and sets
-        :attr:`unsaved` instead of raising."""
+        """Write ``value()`` (nothing without a path). ``defer_when_full``: a full disk sets :attr:`unsaved` and logs
+        a warning (the first time) instead of raising."""
         if self.path is None:
             return
-        if defer_when_full:
-            self.unsaved = not write_json_unless_full(self.path, value(), what=f"{self.what} {self.path}")
-        else:
+        try:
             atomic_write_json(self.path, value())
-            self.unsaved = False
+        except OSError as exc:
+            if not (defer_when_full and is_disk_full(exc)):
+                raise
+            if not self.unsaved:  # once, not at every retry while the disk stays full
+                log.warning(
+                    "%s %s not saved, the disk is full (%s); kept in memory, saved again once there is room",
+                    self.what,
+                    self.path,
+                    exc,
+                )
+            self.unsaved = True
+            return
+        if self.unsaved:
+            log.info("%s %s saved", self.what, self.path)
+        self.unsaved = False
 
 
 def change_or_restore(table: dict[str, V], key: str, value: V | None, write: Callable[[], None]) -> V | None:

@@ -33,7 +33,9 @@ def _full(exc: pytest.ExceptionInfo[OSError]) -> bool:
     return exc.value.errno == errno.ENOSPC
 
 
-def test_automatic_creation_waits_for_room_and_operator_changes_are_refused(small_disk: Path) -> None:
+def test_automatic_creation_waits_for_room_and_operator_changes_are_refused(
+    small_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     where = small_disk / "config"
     topics, groups = _managers(where)
     topics.upsert(TopicConfig("Before", 4, 4))
@@ -45,6 +47,7 @@ def test_automatic_creation_waits_for_room_and_operator_changes_are_refused(smal
     assert topics.ensure("%RETRY%G", 1) == (TopicConfig("%RETRY%G", 1, 1), True)
     assert topics.create_from_template("Auto", "TBW102", 4) is not None
     assert groups.get("G") == SubscriptionGroupConfig("G")
+    assert groups.get("G2") == SubscriptionGroupConfig("G2")
     # an operator's change is refused with the disk's error and leaves the table as it was
     with pytest.raises(OSError) as refused:
         topics.upsert(TopicConfig("Before", 8, 8))
@@ -65,6 +68,8 @@ def test_automatic_creation_waits_for_room_and_operator_changes_are_refused(smal
     # the files still hold what was written before the disk filled; retrying while full is quiet
     topics.save_unsaved()
     groups.save_unsaved()
+    warned = [r.getMessage() for r in caplog.records if "not saved, the disk is full" in r.getMessage()]
+    assert len(warned) == 2 and "topic config" in warned[0] and "subscription groups" in warned[1], warned
     on_disk_topics, on_disk_groups = _managers(where)
     assert "Before" in on_disk_topics.topics and "%RETRY%G" not in on_disk_topics.topics
     assert "GroupBefore" in on_disk_groups.groups and "G" not in on_disk_groups.groups
