@@ -528,7 +528,7 @@ class BrokerApp:
     async def start(self) -> None:
         self._tasks = [
             asyncio.create_task(self._client_scan_loop(), name="broker-client-scan"),
-            asyncio.create_task(self._persist_loop(), name="broker-offsets"),
+            asyncio.create_task(self._persist_loop(), name="broker-persist"),
             asyncio.create_task(self._stats_sample_loop(), name="broker-stats"),
         ]
         if self.ha_master is not None:
