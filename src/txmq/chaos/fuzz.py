@@ -602,19 +602,26 @@ async def _blast(
 
 def unhandled_lines(text: str) -> list[str]:
     """The log records of exceptions no handler turned into an error reply: a record followed by a traceback (a
-    handler's last-resort catch, asyncio's "exception was never retrieved"), or a CRITICAL one. One line each."""
+    handler's last-resort catch, asyncio's "exception was never retrieved"), or a CRITICAL one. One line each: the
+    record, and after " => " the traceback's last exception line (what a report needs to tell the cause)."""
     out: list[str] = []
     last_record = ""
     counted = False
+    in_traceback = False
     for line in text.splitlines():
         if line[:4].isdigit() and " " in line:  # a new record: "2026-11-25 06:08:51,891 LEVEL logger: message"
-            last_record, counted = line, False
+            last_record, counted, in_traceback = line, False, False
             if " CRITICAL " in line:
                 out.append(line[:400])
                 counted = True
-        elif line.startswith("Traceback (most recent call last)") and not counted:
-            out.append((last_record or line)[:400])
-            counted = True
+        elif line.startswith("Traceback (most recent call last)"):
+            in_traceback = True
+            if not counted:
+                out.append((last_record or line)[:400])
+                counted = True
+        elif in_traceback and line and not line[0].isspace() and out:
+            # the exception line ("ValueError: ..."); with chained exceptions the last one is kept
+            out[-1] = out[-1].split(" => ", 1)[0] + " => " + line[:300]
     return out
 
 
