@@ -161,3 +161,18 @@ async def test_wait_idle_needs_a_fake_clock() -> None:
 def test_without_what_the_message_quotes_the_condition() -> None:
     with pytest.raises(AssertionError, match=r"lambda: 1 \+ 1 == 3"):
         eventually(lambda: 1 + 1 == 3, timeout=0.01)
+
+
+def test_free_ports_of_two_xdist_workers_never_meet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each worker takes even ports from its own share (their neighbours are the HA ports), and a process never
+    hands out a port twice."""
+    from txmq.testing import free_port
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    given: dict[int, list[int]] = {}
+    for index in (0, 1):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{index}")
+        given[index] = [free_port() for _ in range(50)]
+        assert all(p % 2 == 0 and (p // 2) % 2 == index for p in given[index]), given[index]
+    everything = given[0] + given[1]
+    assert len(set(everything)) == len(everything)

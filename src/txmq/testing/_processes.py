@@ -17,6 +17,7 @@ from pathlib import Path
 
 READY_LINE = "txmq dev is running"
 _RANDOM = random.Random()  # its own: a test that seeds the random module must not make ports repeat
+_GIVEN: set[int] = set()  # the ports free_port() handed out in this process
 
 
 def _ephemeral_low() -> int:
@@ -28,23 +29,44 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def _worker_share() -> tuple[int, int]:
+    """(index, count) of this pytest-xdist worker, from the variables it sets (the processes a test starts inherit
+    them); (0, 1) outside one."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    try:
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        index = int(name[2:]) if name.startswith("gw") else 0
+    except ValueError:
+        return 0, 1
+    return (index % count, count) if count > 1 else (0, 1)
+
+
 def free_port() -> int:
     """A port that is free now, and whose neighbour (the broker's HA port) is free too.
 
     Chosen below the kernel's ephemeral range: a port the kernel hands out for ``bind(0)`` can be taken, between
     this check and the broker's bind, as the local port of some client's outgoing connection (a Java client's, a
-    second broker's registration), which made a broker fail to start with "address already in use"."""
+    second broker's registration), which made a broker fail to start with "address already in use".
+
+    A free port is only free until someone binds it, so two test processes that run at once must not choose from
+    the same ports: each pytest-xdist worker has its own share of the even pairs (port, port + 1), and a process
+    never hands out a pair twice (a killed broker's ports stay its own for its restart). Two workers once picked
+    the same port, and a client talked to another worker's /metrics server."""
     high = min(_ephemeral_low(), 65000) - 2
     if high < 11000:  # an unusual ephemeral range: no room below it
         high = 64998
-    for _ in range(200):
-        port = _RANDOM.randint(10000, high)
+    index, count = _worker_share()
+    for _ in range(1000):
+        port = _RANDOM.randint(5000, high // 2) * 2  # even: the pairs never overlap
+        if (port // 2) % count != index or port in _GIVEN:
+            continue
         try:
             with socket.socket() as s, socket.socket() as s2:
                 s.bind(("127.0.0.1", port))
                 s2.bind(("127.0.0.1", port + 1))
         except OSError:
             continue
+        _GIVEN.add(port)
         return port
     raise RuntimeError("no free port pair found")
 
