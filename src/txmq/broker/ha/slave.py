@@ -98,8 +98,6 @@ class HaSlave:
 
     async def close(self) -> None:
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
             await _cancel_and_wait(task)
         if self._admin is not None:
             self._admin.close("slave shutting down")
