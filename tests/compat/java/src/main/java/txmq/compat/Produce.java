@@ -124,6 +124,11 @@ final class Produce {
             }
         } finally {
             Out.event("summary", "failed", failed.get());
+            if (a.flag("trace")) {
+                // The trace records go out from the client's asynchronous dispatcher, in batches; its flush at
+                // shutdown can give up before the first batch (and the trace topic's route) is sent.
+                Thread.sleep(a.integer("settle", 3000));
+            }
             p.shutdown();
         }
     }
