@@ -17,6 +17,7 @@ BORNTIMESTAMP (the broker's clock when it decided); the prepare time is the half
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -559,7 +560,8 @@ def by_group_topic(counts: Iterable[tuple[Any, Any, str, int]]) -> list[dict[str
 
 
 def latency_percentiles(audit: DataFrame) -> DataFrame:
-    """Time from prepare to decision (ms) per resolution: count, p50, p90, p99, max."""
+    """Time from prepare to decision (ms) per resolution: count, p50, p90, p99, max (Spark's ``percentile_approx``;
+    :func:`latency_summary` gives the exact values from counts)."""
     lat = F.col("time_to_resolution_ms")
     q = F.col("q")
     return (
@@ -573,6 +575,39 @@ def latency_percentiles(audit: DataFrame) -> DataFrame:
         .select("resolution", "count", q[0].alias("p50_ms"), q[1].alias("p90_ms"), q[2].alias("p99_ms"), "max_ms")
         .orderBy("resolution")
     )
+
+
+LATENCY_QUANTILES = (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99))
+
+
+def latency_summary(times: Iterable[tuple[str, int | None, int]]) -> list[dict[str, Any]]:
+    """:func:`latency_percentiles`' rows from (resolution, time_to_resolution_ms, how many transactions took it),
+    the percentiles exact: the smallest time such that at least that fraction of the resolution's times are at or
+    below it (the nearest rank, ``ceil(q * n)``, which ``percentile_approx`` approximates). Null times are counted,
+    not ranked. A resolution without transactions has no row."""
+    counted: dict[str, int] = {}
+    by_time: dict[str, dict[int, int]] = {}
+    for resolution, ms, count in times:
+        counted[resolution] = counted.get(resolution, 0) + count
+        if ms is not None:
+            seen = by_time.setdefault(resolution, {})
+            seen[ms] = seen.get(ms, 0) + count
+    rows = []
+    for resolution in sorted(r for r, n in counted.items() if n):
+        ordered = sorted(by_time.get(resolution, {}).items())
+        ranked = sum(n for _ms, n in ordered)
+        row: dict[str, Any] = {"resolution": resolution, "count": counted[resolution]}
+        for name, q in LATENCY_QUANTILES:
+            rank, below, found = max(1, math.ceil(q * ranked)), 0, None
+            for ms, n in ordered:
+                below += n
+                if below >= rank:
+                    found = ms
+                    break
+            row[name] = found
+        row["max_ms"] = ordered[-1][0] if ordered else None
+        rows.append(row)
+    return rows
 
 
 def oldest_in_doubt(audit: DataFrame, limit: int = 20, now_ms: int | None = None) -> DataFrame:
@@ -738,16 +773,14 @@ def run_audit(
                 _flagged(grouped).write.mode("append").parquet(written.anomalies)
                 found.add_several(spark.read.parquet(written.anomalies), grouped)
             lap("audit")
-            # The summaries from what the pass handed back; the latency percentiles from audit.parquet.
-            audit = spark.read.schema(AUDIT_SCHEMA).parquet(written.audit)
-            latency = latency_percentiles(audit)
+            # The summaries from what the pass handed back.
             summary = {
                 "store": os.path.abspath(store),
                 "transactions": sum(found.by_resolution().values()),
                 "by_resolution": found.by_resolution(),
                 "anomalies": found.anomalies,
                 "by_group_topic": found.by_group_topic(),
-                "latency_ms": [r.asDict() for r in latency.collect()],
+                "latency_ms": latency_summary(found.times),
                 "oldest_in_doubt": found.oldest_in_doubt(),
             }
         finally:
@@ -760,6 +793,7 @@ def run_audit(
         if report:
             from txmq.spark.report import write_report
 
+            audit = spark.read.schema(AUDIT_SCHEMA).parquet(written.audit)
             html = write_report(spark, audit, spark.read.parquet(written.anomalies), summary, out_dir)
             lap("report")
     return AuditResult(
@@ -796,12 +830,14 @@ def discard_table(copies: pa.Table) -> pa.Table:
 
 @dataclass
 class _SummaryRows:
-    """What run_audit's summaries are made of: counts (group, topic, resolution, count), anomaly counts, and the
-    oldest transactions in doubt as ``summary.json`` lists them, each with its (prepare time, commit-log offset)."""
+    """What run_audit's summaries are made of: counts (group, topic, resolution, count), anomaly counts, the
+    oldest transactions in doubt as ``summary.json`` lists them, each with its (prepare time, commit-log offset),
+    and how many decided transactions took each time (resolution, time_to_resolution_ms, count)."""
 
     counts: list[tuple[Any, Any, str, int]]
     anomalies: dict[str, int]
     oldest: list[tuple[tuple[int, int], dict[str, Any]]]
+    times: list[tuple[str, int | None, int]]
 
     def by_group_topic(self) -> list[dict[str, Any]]:
         return by_group_topic(self.counts)
@@ -819,6 +855,8 @@ class _SummaryRows:
         """Add the transactions of several messages (``grouped``, audit rows) and the anomalies among them."""
         keys = ("producer_group", "real_topic", "resolution")
         self.counts += [(r[0], r[1], r[2], r[3]) for r in grouped.groupBy(*keys).count().collect()]
+        decided = grouped.filter(F.col("resolution") != "PENDING").groupBy("resolution", "time_to_resolution_ms")
+        self.times += [(r[0], r[1], r[2]) for r in decided.count().collect()]
         self.anomalies = {r["anomaly"]: int(r["count"]) for r in found.groupBy("anomaly").count().collect()}
         now = int(time.time() * 1000)
         pending = (
@@ -850,6 +888,8 @@ def _summary_rows(rest: pa.Table) -> _SummaryRows:
         entry |= {"messages": 1, "messages_delivered": int(deliveries > 0), "max_deliveries": deliveries}
         entry["age_ms"] = now - r["prepared_ms"]
         oldest.append(((r["prepared_ms"], r["half_commit_log_offset"]), entry))
+    timed = rest.filter(pc.equal(role, audit_ranges.LATENCY))
+    times = list(zip(*(timed[c].to_pylist() for c in ("resolution", "time_to_resolution_ms", "count")), strict=True))
     return _SummaryRows(
-        [(r["producer_group"], r["real_topic"], r["resolution"], r["count"]) for r in counted], kinds, oldest
+        [(r["producer_group"], r["real_topic"], r["resolution"], r["count"]) for r in counted], kinds, oldest, times
     )

@@ -233,6 +233,7 @@ SEVERAL = "SEVERAL"  # a half message of a transaction of several messages: grou
 OLDEST = "OLDEST"  # one of the range's oldest PENDING transactions of one message (OLDEST_KEPT of them)
 COUNT = "COUNT"  # how many transactions of one message the range has per group, topic and resolution
 ANOMALY = "ANOMALY"  # how many anomalies of a kind (column ``anomaly``) the range wrote to anomalies.parquet
+LATENCY = "LATENCY"  # how many of its decided transactions of one message took ``time_to_resolution_ms`` to resolve
 OLDEST_KEPT = 20  # txmq.spark.audit.oldest_in_doubt's default limit
 
 # anomalies.parquet's rows (txmq.spark.audit.anomalies), as the pass writes its part of them.
@@ -327,11 +328,15 @@ def audit_pass_rows(
     keys = ["producer_group", "real_topic", "resolution"]
     counts = singles.group_by(keys, use_threads=False).aggregate([("resolution", "count", pc.CountOptions(mode="all"))])
     kinds = found.group_by("anomaly", use_threads=False).aggregate([("anomaly", "count", pc.CountOptions(mode="all"))])
+    timed = ["resolution", "time_to_resolution_ms"]  # a row per distinct time: exact percentiles from few rows
+    decided = singles.filter(pc.not_equal(singles["resolution"], "PENDING"))
+    times = decided.group_by(timed, use_threads=False).aggregate([("resolution", "count", pc.CountOptions(mode="all"))])
     parts = [
         _role(halves.filter(pc.invert(single)), SEVERAL),
         _role(pending.sort_by(order).slice(0, OLDEST_KEPT), OLDEST),
         _role(counts.select(keys), COUNT, count=counts["resolution_count"]),
         _role(kinds.select(["anomaly"]), ANOMALY, count=kinds["anomaly_count"]),
+        _role(times.select(timed), LATENCY, count=times["resolution_count"]),
     ]
     return pa.concat_tables(parts)
 

@@ -149,7 +149,8 @@ def write_transactions(root: str, plan: Plan, *, batch: int = 2000, segment_size
             for kind, half, res in zip(chunk, halves, results, strict=True):
                 if not res.ok:
                     raise RuntimeError(f"store refused a record: {res}")
-                decided_at = half.born_timestamp + rng.randint(5, 5000)
+                # The audit times a transaction from its half message's store timestamp to its decision.
+                decided_at = res.store_timestamp + rng.randint(5, 5000)
                 if kind == "COMMIT":
                     after.append(delivery_record(half, res.physical_offset))
                     after.append(op_record(res.physical_offset, res.queue_offset, "COMMIT", decided_at, uniq.next()))
