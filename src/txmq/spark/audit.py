@@ -341,10 +341,11 @@ def classify(rows: pa.Table, journal: pa.Table, discards: pa.Table) -> pa.Table:
 
 # What run_audit's pass by range hands Spark (txmq.spark.audit_ranges.audit_pass): rows of PER_HALF_SCHEMA of
 # transactions of several messages (to be grouped) and of the oldest in doubt, counts per group, topic and resolution,
-# and per anomaly (the roles of txmq.spark.audit_ranges).
-REST_SCHEMA = PER_HALF_SCHEMA + ", role string, count bigint, anomaly string"
+# and per anomaly, and the range's times to resolution (an Arrow IPC stream in ``times``; the roles of
+# txmq.spark.audit_ranges).
+REST_SCHEMA = PER_HALF_SCHEMA + ", role string, count bigint, anomaly string, times binary"
 REST_ARROW = pa.schema([*PER_HALF_ARROW, pa.field("role", pa.string()), pa.field("count", pa.int64()),
-                        pa.field("anomaly", pa.string())])  # fmt: skip
+                        pa.field("anomaly", pa.string()), pa.field("times", pa.binary())])  # fmt: skip
 
 AUDIT_ARROW = pa.schema(
     [
@@ -888,8 +889,11 @@ def _summary_rows(rest: pa.Table) -> _SummaryRows:
         entry |= {"messages": 1, "messages_delivered": int(deliveries > 0), "max_deliveries": deliveries}
         entry["age_ms"] = now - r["prepared_ms"]
         oldest.append(((r["prepared_ms"], r["half_commit_log_offset"]), entry))
-    timed = rest.filter(pc.equal(role, audit_ranges.LATENCY))
-    times = list(zip(*(timed[c].to_pylist() for c in ("resolution", "time_to_resolution_ms", "count")), strict=True))
+    times: list[tuple[str, int | None, int]] = []
+    for blob in rest.filter(pc.equal(role, audit_ranges.LATENCY))["times"].to_pylist():
+        timed = audit_ranges.read_times(blob)
+        columns = (timed[c].to_pylist() for c in ("resolution", "time_to_resolution_ms", "count"))
+        times += zip(*columns, strict=True)
     return _SummaryRows(
         [(r["producer_group"], r["real_topic"], r["resolution"], r["count"]) for r in counted], kinds, oldest, times
     )

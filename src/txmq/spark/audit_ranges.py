@@ -137,6 +137,14 @@ def plan(spark: Any, store: str, outputs: dict[str, pa.Schema], split_bytes: int
     return [Range(r["path"], r["start"], r["lo"], r["hi"], r["first"]) for r in rows]
 
 
+def spark_schema(schema: pa.Schema) -> Any:
+    """``schema`` as Spark's StructType, made in Python: a DDL string would be parsed by the JVM, which costs a
+    third of a second on a session's first query."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
 def runs_here(spark: Any) -> bool:
     """Whether ``spark``'s tasks run on this machine: a classic session (not Spark Connect) of a ``local`` master."""
     context = getattr(spark, "_sc", None)  # a Spark Connect session has none
@@ -196,7 +204,7 @@ def scan(spark: Any, ranges: list[Range], events_path: str) -> Any:
             for index in batch.column(0).to_pylist():
                 yield from scan_range(ranges, index, events_path).to_batches()
 
-    return spark.range(0, n, 1, max(n, 1)).mapInArrow(run, SIDE_SCHEMA)
+    return spark.range(0, n, 1, max(n, 1)).mapInArrow(run, spark_schema(SIDE_ARROW))
 
 
 def range_pass(ranges: list[Range], events_path: str, index: int, side: pa.Table, columns: tuple[str, ...]) -> pa.Table:
@@ -233,7 +241,7 @@ SEVERAL = "SEVERAL"  # a half message of a transaction of several messages: grou
 OLDEST = "OLDEST"  # one of the range's oldest PENDING transactions of one message (OLDEST_KEPT of them)
 COUNT = "COUNT"  # how many transactions of one message the range has per group, topic and resolution
 ANOMALY = "ANOMALY"  # how many anomalies of a kind (column ``anomaly``) the range wrote to anomalies.parquet
-LATENCY = "LATENCY"  # how many of its decided transactions of one message took ``time_to_resolution_ms`` to resolve
+LATENCY = "LATENCY"  # how many of its decided transactions of one message took each time to resolve (``times``)
 OLDEST_KEPT = 20  # txmq.spark.audit.oldest_in_doubt's default limit
 
 # anomalies.parquet's rows (txmq.spark.audit.anomalies), as the pass writes its part of them.
@@ -331,14 +339,28 @@ def audit_pass_rows(
     timed = ["resolution", "time_to_resolution_ms"]  # a row per distinct time: exact percentiles from few rows
     decided = singles.filter(pc.not_equal(singles["resolution"], "PENDING"))
     times = decided.group_by(timed, use_threads=False).aggregate([("resolution", "count", pc.CountOptions(mode="all"))])
+    times = times.rename_columns([*timed, "count"])
     parts = [
         _role(halves.filter(pc.invert(single)), SEVERAL),
         _role(pending.sort_by(order).slice(0, OLDEST_KEPT), OLDEST),
         _role(counts.select(keys), COUNT, count=counts["resolution_count"]),
         _role(kinds.select(["anomaly"]), ANOMALY, count=kinds["anomaly_count"]),
-        _role(times.select(timed), LATENCY, count=times["resolution_count"]),
+        _role(pa.table({"times": [write_times(times)]}), LATENCY),  # one row: thousands cost the JVM a second
     ]
     return pa.concat_tables(parts)
+
+
+def write_times(times: pa.Table) -> bytes:
+    """``times`` (resolution, time_to_resolution_ms, count) as the bytes of an Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, times.schema) as writer:
+        writer.write_table(times)
+    return sink.getvalue().to_pybytes()
+
+
+def read_times(blob: bytes) -> pa.Table:
+    """What :func:`write_times` wrote."""
+    return pa.ipc.open_stream(blob).read_all()
 
 
 def _role(rows: pa.Table, role: str, count: pa.Array | None = None) -> pa.Table:
@@ -366,7 +388,7 @@ def audit_pass(
     parts): a task per range, and one for the events whose half message lies in no range when there are any.
     ``side``: the events the scan routed to another range than their own (rows of SIDE_ARROW with their
     ``target``), shipped with the tasks (a few per cent of the store's events: each task takes its own)."""
-    from txmq.spark.audit import REST_SCHEMA
+    from txmq.spark.audit import REST_ARROW
 
     indices = list(range(len(ranges)))
     if pc.any(pc.equal(side["target"], NO_RANGE)).as_py():
@@ -379,4 +401,4 @@ def audit_pass(
                 summary = audit_pass_rows(ranges, events_path, outputs, indices[k], side, journal, discards)
                 yield from summary.to_batches()
 
-    return spark.range(0, len(indices), 1, max(len(indices), 1)).mapInArrow(run, REST_SCHEMA)
+    return spark.range(0, len(indices), 1, max(len(indices), 1)).mapInArrow(run, spark_schema(REST_ARROW))

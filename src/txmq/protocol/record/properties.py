@@ -111,7 +111,13 @@ def property_value(text: str, key: str) -> str | None:
 
     Later duplicates win, a key counts only at the start of an item, and empty values are skipped.
     """
-    marker = key + NAME_VALUE_SEPARATOR
+    return marker_value(text, key + NAME_VALUE_SEPARATOR)
+
+
+def marker_value(text: str, marker: str) -> str | None:
+    """:func:`property_value` of the key whose ``marker`` (the key followed by NAME_VALUE_SEPARATOR) is given: for a
+    loop that reads the same few keys of many records (the audit's scan), with no string built per lookup but the
+    value."""
     i = text.rfind(marker)
     while i > 0 and text[i - 1] != PROPERTY_SEPARATOR:
         i = text.rfind(marker, 0, i)
@@ -121,7 +127,7 @@ def property_value(text: str, key: str) -> str | None:
     stop = text.find(PROPERTY_SEPARATOR, start)
     value = text[start:] if stop < 0 else text[start:stop]
     if not value and i > 0:  # an empty value is dropped; an earlier occurrence may still count
-        return decode_properties(text).get(key)
+        return decode_properties(text).get(marker[:-1])
     return value or None
 
 

@@ -24,21 +24,17 @@ from txmq.protocol.op_marker import OP_TAG, PROP_DECISION, PROP_HALF_PHYS, RESUM
 from txmq.protocol.record.layout import (
     BLANK_HEADER_SIZE,
     BLANK_MAGIC_CODE,
-    BODY_CRC_POS,
-    BORN_TIMESTAMP_POS,
+    HEAD,
     HEAD_TO_SYS_FLAG,
     MAGIC_CODE,
     MAX_TOPIC_BYTES,
     MIN_RECORD_SIZE,
     PHYSICAL_OFFSET_POS,
-    QUEUE_ID_POS,
-    QUEUE_OFFSET_POS,
-    SYS_FLAG_POS,
     TAIL_AFTER_HOSTS,
     body_len_pos,
     store_timestamp_pos,
 )
-from txmq.protocol.record.properties import Prop, decode_properties
+from txmq.protocol.record.properties import NAME_VALUE_SEPARATOR, Prop, decode_properties, marker_value
 from txmq.protocol.topics import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 # Row kinds, by their index in the ``kinds`` column.
@@ -63,15 +59,24 @@ _BLANK_HEADER_SIZE: Final = BLANK_HEADER_SIZE
 _HEAD_TO_SYS_FLAG: Final = HEAD_TO_SYS_FLAG.size
 _MIN_RECORD_SIZE: Final = MIN_RECORD_SIZE
 _MAX_TOPIC_BYTES: Final = MAX_TOPIC_BYTES
-_BODY_CRC_POS: Final = BODY_CRC_POS
-_QUEUE_ID_POS: Final = QUEUE_ID_POS
-_QUEUE_OFFSET_POS: Final = QUEUE_OFFSET_POS
 _PHYSICAL_OFFSET_POS: Final = PHYSICAL_OFFSET_POS
-_SYS_FLAG_POS: Final = SYS_FLAG_POS
-_BORN_TIMESTAMP_POS: Final = BORN_TIMESTAMP_POS
+_HEAD: Final = HEAD  # TOTALSIZE .. BORNTIMESTAMP in one call, once the whole record is at hand
 _TAIL_AFTER_HOSTS: Final = TAIL_AFTER_HOSTS.size  # RECONSUMETIMES PREPARED_TX_OFFSET BODYLEN
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
+# The properties the rows take, each looked up by "key\x01" (txmq.protocol.record.properties.marker_value)
+_UNIQ: Final = Prop.UNIQ_KEY + NAME_VALUE_SEPARATOR
+_TX_ID: Final = Prop.TX_ID + NAME_VALUE_SEPARATOR
+_TX_SEQ: Final = Prop.TX_SEQ + NAME_VALUE_SEPARATOR
+_PGROUP: Final = Prop.PGROUP + NAME_VALUE_SEPARATOR
+_REAL_TOPIC: Final = Prop.REAL_TOPIC + NAME_VALUE_SEPARATOR
+_REAL_QID: Final = Prop.REAL_QID + NAME_VALUE_SEPARATOR
+_TRANSACTION_ID: Final = Prop.TRANSACTION_ID + NAME_VALUE_SEPARATOR
+_CHECK_TIMES: Final = Prop.TRANSACTION_CHECK_TIMES + NAME_VALUE_SEPARATOR
+_TAGS: Final = Prop.TAGS + NAME_VALUE_SEPARATOR
+_KEYS: Final = Prop.KEYS + NAME_VALUE_SEPARATOR
+_HALF_PHYS: Final = PROP_HALF_PHYS + NAME_VALUE_SEPARATOR
+_DECISION: Final = PROP_DECISION + NAME_VALUE_SEPARATOR
 
 
 def int32_property(text: str | None) -> int | None:
@@ -206,15 +211,20 @@ class TxColumns:
                 why = f"impossible record size {size} at {phys} ({remaining} bytes left in the segment)"
                 self._over(pos, why, False)
                 return pos
-            rec_phys = _i64(data, q + _PHYSICAL_OFFSET_POS)
+            if end_data - pos < size:
+                rec_phys = _i64(data, q + _PHYSICAL_OFFSET_POS)
+                if rec_phys != phys:
+                    self._over(pos, f"record at {phys} says its PHYSICALOFFSET is {rec_phys}", False)
+                else:
+                    self.need = size
+                return pos
+            fixed = _HEAD.unpack_from(data, q)  # the whole record is here: its fixed fields in one call
+            rec_phys = fixed[6]
             if rec_phys != phys:
                 self._over(pos, f"record at {phys} says its PHYSICALOFFSET is {rec_phys}", False)
                 return pos
-            if end_data - pos < size:
-                self.need = size
-                return pos
             end = q + size
-            sys_flag = _i32(data, q + _SYS_FLAG_POS)
+            sys_flag: int = fixed[7]
             body_len_at = q + body_len_pos(sys_flag)
             if body_len_at + 4 > end:
                 self._over(pos, f"record at {phys}: hosts do not fit in TOTALSIZE {size}", False)
@@ -235,14 +245,15 @@ class TxColumns:
             if props_len_at + 2 + props_len != end:
                 self._over(pos, f"record at {phys}: field lengths do not add up to TOTALSIZE {size}", False)
                 return pos
-            if crc32(data[body_start:topic_len_at]) & 0x7FFFFFFF != _i32(data, q + _BODY_CRC_POS):
+            body_crc: int = fixed[2]
+            if crc32(data[body_start:topic_len_at]) & 0x7FFFFFFF != body_crc:
                 self.skipped.append((phys, f"body CRC mismatch in record at {phys}"))
                 pos += size
                 continue
             kind = _kind(data, topic_len_at + 1, topic_len, sys_flag)
             if kind >= 0:
                 try:
-                    self._record(kind, data, q, sys_flag, body_start, topic_len_at, props_len_at + 2, end)
+                    self._record(kind, data, q, fixed, body_start, topic_len_at, props_len_at + 2, end)
                 except RecordDecodeError as exc:  # topic or properties that are not UTF-8
                     self.damaged = (phys, str(exc))
                     self._over(pos, f"damaged record at {phys}", False)
@@ -257,48 +268,51 @@ class TxColumns:
         self.clean = clean
 
     def _record(
-        self, kind: int, data: bytes, q: int, sys_flag: int, body_start: int, topic_end: int, props_at: int, end: int
-    ) -> None:
-        """The row(s) of the transaction record at ``data[q:end]``, whose structure :meth:`walk` has checked."""
-        queue_id = _i32(data, q + _QUEUE_ID_POS)
-        queue_offset = _i64(data, q + _QUEUE_OFFSET_POS)
-        phys = _i64(data, q + _PHYSICAL_OFFSET_POS)
-        born = _i64(data, q + _BORN_TIMESTAMP_POS)
+        self, kind: int, data: bytes, q: int, head: tuple[int, ...], body_start: int, topic_end: int, props_at: int,
+        end: int
+    ) -> None:  # fmt: skip
+        """The row(s) of the transaction record at ``data[q:end]``, whose structure :meth:`walk` has checked;
+        ``head``: its fields TOTALSIZE .. BORNTIMESTAMP (layout.HEAD)."""
+        queue_id: int = head[3]
+        queue_offset: int = head[5]
+        phys: int = head[6]
+        sys_flag: int = head[7]
+        born: int = head[8]
         ts_at = q + store_timestamp_pos(sys_flag)
         stored = _i64(data, ts_at)
         try:
-            props = decode_properties(data[props_at:end].decode("utf-8"))
+            text = data[props_at:end].decode("utf-8")
         except UnicodeDecodeError as exc:
             raise RecordDecodeError(f"properties at {q} are not UTF-8") from exc
         host = self._host(data[ts_at + 8 : body_start - _TAIL_AFTER_HOSTS])
-        uniq = props.get(Prop.UNIQ_KEY)
+        uniq = marker_value(text, _UNIQ)
         if kind == OP:
-            self._add_marker(data[body_start:topic_end], props, phys, queue_offset, host, born, stored, uniq)
+            self._add_marker(data[body_start:topic_end], text, phys, queue_offset, host, born, stored, uniq)
             return
-        several = props.get(Prop.TX_ID)
-        group = self._name(props.get(Prop.PGROUP))
+        several = marker_value(text, _TX_ID)
+        group = self._name(marker_value(text, _PGROUP))
         if kind == HALF:
             half: int | None = phys
             half_qo: int | None = queue_offset
-            topic_id = self._name(props.get(Prop.REAL_TOPIC))
-            qid = int32_property(props.get(Prop.REAL_QID))
+            topic_id = self._name(marker_value(text, _REAL_TOPIC))
+            qid = int32_property(marker_value(text, _REAL_QID))
             qo: int | None = None
-            tx_id = several or props.get(Prop.TRANSACTION_ID) or uniq
+            tx_id = several or marker_value(text, _TRANSACTION_ID) or uniq
             checks: int | None = None
         elif kind == DISCARD_COPY:
             half = half_qo = None
-            topic_id = self._name(props.get(Prop.REAL_TOPIC))
-            qid = int32_property(props.get(Prop.REAL_QID))
+            topic_id = self._name(marker_value(text, _REAL_TOPIC))
+            qid = int32_property(marker_value(text, _REAL_QID))
             qo = queue_offset
-            tx_id = props.get(Prop.TRANSACTION_ID) or uniq
-            checks = int32_property(props.get(Prop.TRANSACTION_CHECK_TIMES))
+            tx_id = marker_value(text, _TRANSACTION_ID) or uniq
+            checks = int32_property(marker_value(text, _CHECK_TIMES))
         else:  # DELIVERY: a committed copy in the real topic, pointing at its half message
             half = _i64(data, body_start - 12)  # PREPARED_TX_OFFSET, before BODYLEN
             half_qo = None
             topic_id = self._topic(data[topic_end + 1 : props_at - 2])
             qid = queue_id
             qo = queue_offset
-            tx_id = several or props.get(Prop.TRANSACTION_ID) or uniq
+            tx_id = several or marker_value(text, _TRANSACTION_ID) or uniq
             checks = None
         self.kinds.append(kind)
         self.offsets.append(phys)
@@ -315,12 +329,12 @@ class TxColumns:
         self.checks.append(checks)
         self.borns.append(born)
         self.storeds.append(stored)
-        self.seqs.append(int32_property(props.get(Prop.TX_SEQ)) if several else None)
+        self.seqs.append(int32_property(marker_value(text, _TX_SEQ)) if several else None)
 
     def _add_marker(
         self,
         body: bytes,
-        props: dict[str, str],
+        text: str,
         phys: int,
         queue_offset: int,
         host: int,
@@ -328,20 +342,24 @@ class TxColumns:
         stored: int,
         uniq: str | None,
     ) -> None:
-        """One row per decision of an op marker (tag ``d``) or resume record; a malformed marker is ignored, as
-        the broker does."""
-        tag = props.get(Prop.TAGS)
+        """One row per decision of an op marker (tag ``d``) or resume record, whose properties are ``text``; a
+        malformed marker is ignored, as the broker does."""
+        tag = marker_value(text, _TAGS)
         if tag != OP_TAG and tag != RESUME_TAG:
             return
-        marked = _marker_decisions(body, props)
+        marked = _marker_decisions(body, text)
         if marked is None:
             return
-        keys = (props.get(Prop.KEYS) or "").split(" ")
+        keys_text = marker_value(text, _KEYS) or ""
+        keys = keys_text.split(" ")
         if len(keys) != len(marked):  # txmq markers list the transactions' UNIQ_KEYs in KEYS, in order
             keys = [uniq or ""] * len(marked)
         is_op = tag == OP_TAG
-        for (half_qo, half_phys, decision), key in zip(marked, keys, strict=True):
-            self.kinds.append(OP if is_op else RESUME)
+        kind = OP if is_op else RESUME
+        for i in range(len(marked)):
+            half_qo, half_phys, decision = marked[i]
+            key = keys[i]
+            self.kinds.append(kind)
             self.offsets.append(phys)
             self.halves.append(half_phys)
             self.half_qos.append(half_qo)
@@ -390,17 +408,31 @@ def _kind(data: bytes, topic_at: int, topic_len: int, sys_flag: int) -> int:
     return -1
 
 
-def _marker_decisions(body: bytes, props: dict[str, str]) -> list[tuple[int, int | None, str]] | None:
-    """(half queue offset, half phys, decision) per decision of a marker, as :func:`parse_marker` reads them; None
-    for a malformed one. The common marker (one decimal offset, no comma in txmq's properties) is read here
-    directly; anything else goes through ``parse_marker``."""
+def _decimal(body: bytes) -> int:
+    """``int(body)`` when ``body`` is ASCII digits only (``bytes.isdigit``), else -1."""
+    if not body:
+        return -1
+    value = 0
+    for b in body:
+        if b < 48 or b > 57:
+            return -1
+        value = value * 10 + (b - 48)
+    return value
+
+
+def _marker_decisions(body: bytes, text: str) -> list[tuple[int, int | None, str]] | None:
+    """(half queue offset, half phys, decision) per decision of a marker whose properties are ``text``, as
+    :func:`parse_marker` reads them; None for a malformed one. The common marker (one decimal offset, no comma in
+    txmq's properties) is read here directly; anything else goes through ``parse_marker``."""
     try:
-        if body.isdigit():
-            raw_phys = props.get(PROP_HALF_PHYS)
-            raw_decision = props.get(PROP_DECISION)
+        half_qo = _decimal(body)
+        if half_qo >= 0:
+            raw_phys = marker_value(text, _HALF_PHYS)
+            raw_decision = marker_value(text, _DECISION)
             if (raw_phys is None or "," not in raw_phys) and (raw_decision is None or "," not in raw_decision):
                 half_phys = int(raw_phys) if raw_phys is not None and raw_phys.isdigit() else None
-                return [(int(body), half_phys, raw_decision or UNKNOWN)]
+                return [(half_qo, half_phys, raw_decision or UNKNOWN)]
+        props = decode_properties(text)
         return [(m.half_queue_offset, m.half_phys, m.decision) for m in parse_marker(body, props)]
     except ValueError:
         return None
