@@ -31,6 +31,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         .config("spark.default.parallelism", "2")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.daemon.module", "txmq.spark.worker_daemon")  # as get_spark's local sessions
         .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
         .config("spark.driver.extraJavaOptions", f"-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dderby.system.home={tmp}")
         .getOrCreate()

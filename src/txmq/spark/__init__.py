@@ -58,6 +58,24 @@ def _ship_package(spark: Any) -> None:
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1"  # a local session's JVM (get_spark): C1 only; conf= may say otherwise
 
 
+def started_here_conf(master: str, conf: dict[str, str] | None = None) -> dict[str, str]:
+    """What :func:`get_spark` sets on a session whose JVM it starts itself (not under ``spark-submit``), before the
+    caller's ``conf``."""
+    out = {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        # The JVM started here runs short jobs whose rows are mostly handled in Python: compiling its hot code with
+        # C2 costs more CPU than the code then saves (bench/RESULTS.md, "The audit by commit-log range").
+        "spark.driver.extraJavaOptions": JVM_OPTIONS,
+    }
+    python = (conf or {}).get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or sys.executable
+    if master.startswith("local") and python == sys.executable:
+        # The workers run this Python, which has txmq: their daemon imports the installed pyspark, whose bytecode is
+        # cached, rather than compile Spark's zip of it again (txmq.spark.worker_daemon).
+        out["spark.python.daemon.module"] = "txmq.spark.worker_daemon"
+    return out
+
+
 def get_spark(
     master: str | None = None,
     app_name: str = "txmq",
@@ -71,7 +89,8 @@ def get_spark(
     to the server (see :func:`register`). Otherwise, under ``spark-submit`` the submitted master and settings are used
     as they are, and outside it ``master`` (default ``local[*]``). Workers run this same Python unless PYSPARK_PYTHON
     (``spark.pyspark.python``) says otherwise. A JVM started here gets JVM_OPTIONS unless ``conf`` sets
-    ``spark.driver.extraJavaOptions``.
+    ``spark.driver.extraJavaOptions``, and a local one whose workers run this Python starts them with
+    :mod:`txmq.spark.worker_daemon` unless ``conf`` sets ``spark.python.daemon.module``.
     """
     from pyspark.sql import SparkSession
 
@@ -88,10 +107,8 @@ def get_spark(
     if master is not None or not submitted:
         builder = builder.master(master or "local[*]")
     if not submitted:
-        builder = builder.config("spark.ui.showConsoleProgress", "false").config("spark.sql.session.timeZone", "UTC")
-        # The JVM started here runs short jobs whose rows are mostly handled in Python: compiling its hot code with
-        # C2 costs more CPU than the code then saves (bench/RESULTS.md, "The audit by commit-log range").
-        builder = builder.config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+        for key, value in started_here_conf(master or "local[*]", conf).items():
+            builder = builder.config(key, value)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
