@@ -6,7 +6,8 @@ walks the records as :func:`txmq.protocol.record.walk.walk_segment` does (the sa
 same reasons; the offsets from :mod:`.layout`), but over ``bytes``, whose bytes compiled code reads without a call,
 and reads only the fields the audit needs. A record is classified from its topic length and bytes and its sysFlag
 (half message, op marker or resume record, discard copy, committed delivery); any other record costs its header
-checks and CRC. Per transaction record: one properties parse, and no Python string built for values that repeat:
+checks and CRC. Per transaction record: its fixed fields in one unpack, the properties it needs read by key from the
+properties text (no map of them all), and no Python string built for values that repeat:
 kinds, producer groups, topics, decisions and store hosts are kept as indices into :attr:`TxColumns.names` and
 :attr:`TxColumns.hosts`, which the reader turns into Arrow dictionaries; the offsetMsgId is left to the reader
 (store host index + commit-log offset, turned into text in bulk).
