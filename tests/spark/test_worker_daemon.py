@@ -74,8 +74,9 @@ def test_a_local_sessions_workers_import_the_installed_pyspark(spark: Any) -> No
             pass
         lib = os.path.join("pyspark", "python", "lib")
         zips = [p for p in sys.path if p.endswith(".zip") and lib in p]
-        yield pa.RecordBatch.from_pydict({"file": [pyspark.__file__], "zips_last": [sys.path[-len(zips) :] == zips]})
+        last = bool(zips) and sys.path[-len(zips) :] == zips
+        yield pa.RecordBatch.from_pydict({"file": [pyspark.__file__], "zips": [len(zips)], "zips_last": [last]})
 
-    row = spark.range(0, 1, 1, 1).mapInArrow(where, "file string, zips_last boolean").collect()[0]
+    row = spark.range(0, 1, 1, 1).mapInArrow(where, "file string, zips bigint, zips_last boolean").collect()[0]
     assert ".zip" not in row["file"] and row["file"].endswith(os.path.join("pyspark", "__init__.py"))
-    assert row["zips_last"]
+    assert row["zips"] >= 1 and row["zips_last"]  # Spark's pyspark.zip is there, behind the installed packages
