@@ -54,6 +54,14 @@ class MasterAndSlave:
 
     def start(self) -> MasterAndSlave:
         self.master.start()
+        try:
+            self._start_slave()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_slave(self) -> None:
         slave_conf = {
             **CONF,
             "brokerName": "broker-a",  # txmq dev's
@@ -64,7 +72,6 @@ class MasterAndSlave:
         }
         self.slave = ExtraBroker(self.folder / "slave", slave_conf, namesrv_port=self.master.namesrv_port).start()
         asyncio.run(in_sync(self.namesrv_addr))
-        return self
 
     def stop(self) -> None:
         for broker in (self.slave, self.master):
