@@ -129,7 +129,7 @@ async def test_producer_killed_between_db_commit_and_end_transaction(txmq_cluste
     checker = children("check", ns, group, db, LONG_GRACE)  # a second instance of the service
     detail = await decided(ns, tid, "COMMITTED")
     assert detail["resolvedBy"] == "check"
-    assert f"CHECK {tid} COMMIT_MESSAGE checker" in checker.lines
+    await checker.line(f"CHECK {tid} COMMIT_MESSAGE checker")  # printed before the answer; read by a thread
     assert Counter(m.body for m in await read_topic(ns, topic)) == {f"{body}-0".encode(): 1}
 
 
@@ -145,7 +145,7 @@ async def test_several_messages_committed_by_a_check_from_one_row(txmq_cluster: 
     assert query(db, "SELECT transaction_id FROM txmq_transactions") == [(tid,)]
     checker = children("check", ns, group, db, LONG_GRACE)
     assert (await decided(ns, tid, "COMMITTED"))["resolvedBy"] == "check"
-    assert f"CHECK {tid} COMMIT_MESSAGE checker" in checker.lines
+    await checker.line(f"CHECK {tid} COMMIT_MESSAGE checker")  # printed before the answer; read by a thread
     delivered = Counter(m.body for m in [*await read_topic(ns, topics[0]), *await read_topic(ns, topics[1])])
     assert delivered == {f"{body}-{i}".encode(): 1 for i in range(3)}
 
@@ -159,7 +159,7 @@ async def test_producer_killed_before_db_commit(txmq_cluster: Any, db: str, chil
     checker = children("check", ns, group, db, SHORT_GRACE)
     detail = await decided(ns, tid, "ROLLED_BACK")  # once the grace period has passed
     assert detail["resolvedBy"] == "check" and detail["deliveredMsgId"] is None
-    assert f"CHECK {tid} ROLLBACK_MESSAGE checker" in checker.lines
+    await checker.line(f"CHECK {tid} ROLLBACK_MESSAGE checker")  # printed before the answer; read by a thread
     assert await read_topic(ns, topic) == []
     assert query(db, "SELECT body FROM orders") == []
     assert query(db, "SELECT transaction_id FROM txmq_transactions") == []
