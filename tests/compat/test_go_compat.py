@@ -477,7 +477,13 @@ def test_go_request_gets_a_reply_from_a_txmq_consumer(txmq_cluster, txmqgo) -> N
     server.start()
     try:
         assert ready.wait(30)
-        run = run_go(["request", "--namesrv", ns, "--topic", topic, "--count", "3", "--reply-timeout", "20s"], 120)
+        args = ["request", "--namesrv", ns, "--topic", topic, "--count", "3", "--reply-timeout", "20s"]
+        run = run_go(args, 120)
+        if run.returncode != 0 and "ProcessSendResponse" in run.stderr:
+            # The client's nil-response panic (docstring). Seen once in CI 50 ms after the requests started, not
+            # after 3 s: the broker's log shows the client's connection reset right after two replies reached it.
+            # The cause in the client is not known. Once more; a second failure fails the test.
+            run = run_go(args, 120)
     finally:
         stop.set()
         server.join(30)
