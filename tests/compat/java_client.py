@@ -26,14 +26,27 @@ Event = dict[str, Any]
 JVM_FLAGS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xms32m", "-Xmx256m", "-Xshare:auto"]
 
 
-@functools.cache
-def _built() -> None:
-    """Build both lines once per test run if build.sh has not (CI runs it before pytest). A failure fails."""
+def _fresh() -> bool:
+    """Both lines built, and not older than any source (a stale build would lack new scenarios)."""
     newest_source = max(p.stat().st_mtime for p in (JAVA_DIR / "src").rglob("*.java"))
     mains = [JAVA_DIR / "target" / line / "classes" / "txmq" / "compat" / "Main.class" for line in LINES]
-    if all(m.exists() and m.stat().st_mtime >= newest_source for m in mains):
-        return  # built, and not older than any source (a stale build would lack new scenarios)
-    proc = subprocess.run(["bash", str(JAVA_DIR / "build.sh")], capture_output=True, text=True, timeout=900)
+    return all(m.exists() and m.stat().st_mtime >= newest_source for m in mains)
+
+
+@functools.cache
+def _built() -> None:
+    """Build both lines once per test run if build.sh has not (CI runs it before pytest). A failure fails. One
+    builder at a time: two pytest-xdist workers copying the same jars into target/ broke Maven's copy."""
+    import fcntl
+
+    if _fresh():
+        return
+    (JAVA_DIR / "target").mkdir(exist_ok=True)
+    with open(JAVA_DIR / "target" / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _fresh():  # the other worker built it while this one waited
+            return
+        proc = subprocess.run(["bash", str(JAVA_DIR / "build.sh")], capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"tests/compat/java/build.sh failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
 

@@ -343,7 +343,6 @@ def classify(rows: pa.Table, journal: pa.Table, discards: pa.Table) -> pa.Table:
 # transactions of several messages (to be grouped) and of the oldest in doubt, counts per group, topic and resolution,
 # and per anomaly, and the range's times to resolution (an Arrow IPC stream in ``times``; the roles of
 # txmq.spark.audit_ranges).
-REST_SCHEMA = PER_HALF_SCHEMA + ", role string, count bigint, anomaly string, times binary"
 REST_ARROW = pa.schema([*PER_HALF_ARROW, pa.field("role", pa.string()), pa.field("count", pa.int64()),
                         pa.field("anomaly", pa.string()), pa.field("times", pa.binary())])  # fmt: skip
 

@@ -236,7 +236,7 @@ def local_pass_rows(
         yield index, range_pass(ranges, events_path, index, side, columns)
 
 
-# The roles of the rows the audit pass hands Spark (column ``role`` of txmq.spark.audit.REST_SCHEMA).
+# The roles of the rows the audit pass hands Spark (column ``role`` of txmq.spark.audit.REST_ARROW).
 SEVERAL = "SEVERAL"  # a half message of a transaction of several messages: grouped in Spark
 OLDEST = "OLDEST"  # one of the range's oldest PENDING transactions of one message (OLDEST_KEPT of them)
 COUNT = "COUNT"  # how many transactions of one message the range has per group, topic and resolution
@@ -384,7 +384,7 @@ def audit_pass(
     journal: pa.Table,
     discards: pa.Table,
 ) -> Any:
-    """Step 3 as a DataFrame (txmq.spark.audit.REST_SCHEMA; its tasks write audit.parquet's and anomalies.parquet's
+    """Step 3 as a DataFrame (txmq.spark.audit.REST_ARROW; its tasks write audit.parquet's and anomalies.parquet's
     parts): a task per range, and one for the events whose half message lies in no range when there are any.
     ``side``: the events the scan routed to another range than their own (rows of SIDE_ARROW with their
     ``target``), shipped with the tasks (a few per cent of the store's events: each task takes its own)."""
