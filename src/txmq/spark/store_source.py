@@ -14,10 +14,12 @@ columns plus ``commit_log_offset`` and ``store_size``; ``transactions``, one com
 
 from __future__ import annotations
 
+import array
 import contextlib
 import logging
 import mmap
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +30,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from txmq.errors import RecordDecodeError
 from txmq.protocol.record import MessageRecord, RecordView, WalkResult, record_starts, walk_segment
-from txmq.protocol.record.txcolumns import KINDS, TxColumns
+from txmq.protocol.record.txcolumns import KINDS, NULL, TxColumns
 from txmq.protocol.topics import TRANS_CHECK_MAX_TIME_TOPIC as DISCARD_TOPIC
 from txmq.protocol.topics import TRANS_HALF_TOPIC as HALF_TOPIC
 from txmq.protocol.topics import TRANS_OP_HALF_TOPIC as OP_TOPIC
@@ -211,7 +213,7 @@ _NO_ID = pa.scalar(None, type=pa.int32())
 
 def _ids(values: list[int], dictionary: pa.Array) -> pa.Array:
     """Indices into ``dictionary`` (-1: null) as the values they stand for."""
-    ids = pa.array(values, type=pa.int32())
+    ids = _ints(values, "i", pa.int32())
     return dictionary.take(pc.if_else(pc.less(ids, 0), _NO_ID, ids))
 
 
@@ -219,32 +221,55 @@ def tx_batch(cols: TxColumns, schema: pa.Schema) -> pa.RecordBatch:
     """The rows of ``cols`` as one Arrow batch of the ``transactions`` view (TX_COLUMNS); ``cols`` starts empty
     again. Repeated strings go through their dictionaries; the offsetMsgId is the store host's hex and the
     commit-log offset's (16 hex digits, non-negative: the walk checked it is the record's position), joined in bulk.
+    The int columns are copied into Arrow in one piece each (:func:`_ints`), not value by value.
     pyarrow alone (the executors' Python may hold nothing else: txmq.spark.package)."""
     names = pa.array(cols.names, type=pa.string())
     hosts = pa.array([h.hex().upper() for h in cols.hosts], type=pa.string())
-    hex_offsets = pa.array([b"%016X" % v for v in cols.offsets], type=pa.binary()).cast(pa.string())
-    msg_ids = pc.binary_join_element_wise(_ids(cols.host_ids, hosts), hex_offsets, "")
+    msg_ids = pc.binary_join_element_wise(_ids(cols.host_ids, hosts), _hex16(cols.offsets), "")
     i64, i32 = pa.int64(), pa.int32()
     arrays = [
-        _KIND_NAMES.take(pa.array(cols.kinds, type=pa.int8())),
-        pa.array(cols.offsets, type=i64),
-        pa.array(cols.halves, type=i64),
-        pa.array(cols.half_qos, type=i64),
+        _KIND_NAMES.take(_ints(cols.kinds, "b", pa.int8())),
+        _ints(cols.offsets, "q", i64),
+        _ints(cols.halves, "q", i64, nullable=True),
+        _ints(cols.half_qos, "q", i64, nullable=True),
         _ids(cols.groups, names),
         _ids(cols.topics, names),
-        pa.array(cols.qids, type=i32),
-        pa.array(cols.qos, type=i64),
+        _ints(cols.qids, "q", i64, nullable=True).cast(i32),
+        _ints(cols.qos, "q", i64, nullable=True),
         pa.array(cols.tx_ids, type=pa.string()),
         pa.array(cols.uniqs, type=pa.string()),
         msg_ids,
         _ids(cols.decisions, names),
-        pa.array(cols.checks, type=i32),
-        pa.array(cols.borns, type=i64),
-        pa.array(cols.storeds, type=i64),
-        pa.array(cols.seqs, type=i32),
+        _ints(cols.checks, "q", i64, nullable=True).cast(i32),
+        _ints(cols.borns, "q", i64),
+        _ints(cols.storeds, "q", i64),
+        _ints(cols.seqs, "q", i64, nullable=True).cast(i32),
     ]
     cols.clear()
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _ints(values: list[int], code: str, kind: pa.DataType, *, nullable: bool = False) -> pa.Array:
+    """``values`` as an Arrow array of ``kind`` (whose width the ``array`` type ``code`` has), copied in one piece
+    (``pa.array`` converts value by value, at several times the cost); with ``nullable``, :data:`NULL` is null."""
+    data = pa.py_buffer(array.array(code, values))
+    out = pa.Array.from_buffers(kind, len(values), [None, data])
+    if not nullable:
+        return out
+    valid = pc.not_equal(out, pa.scalar(NULL, type=kind))  # no nulls in ``out``: its values are the validity bitmap
+    if valid.true_count == len(values):
+        return out
+    return pa.Array.from_buffers(kind, len(values), [valid.buffers()[1], data])
+
+
+def _hex16(offsets: list[int]) -> pa.Array:
+    """Non-negative ints as 16 upper-case hex digits each, in bulk: their big-endian bytes in one ``hex()``."""
+    raw = array.array("q", offsets)
+    if sys.byteorder == "little":
+        raw.byteswap()
+    text = raw.tobytes().hex().upper().encode()
+    ends = array.array("i", range(0, 16 * len(offsets) + 1, 16))
+    return pa.Array.from_buffers(pa.string(), len(offsets), [None, pa.py_buffer(ends), pa.py_buffer(text)])
 
 
 CHUNK_BYTES = 8 << 20  # the transactions view reads a range in pieces of this size

@@ -12,7 +12,9 @@ kinds, producer groups, topics, decisions and store hosts are kept as indices in
 :attr:`TxColumns.hosts`, which the reader turns into Arrow dictionaries; the offsetMsgId is left to the reader
 (store host index + commit-log offset, turned into text in bulk).
 
-A value that cannot be held in its column (an int property out of the int32 range, or not an integer) is null.
+A value that cannot be held in its column (an int property out of the int32 range, or not an integer) is null. The
+int columns hold :data:`NULL` where the value is null (no None): the reader turns each into an Arrow array in one copy
+(``array.array``), with the nulls found in bulk.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ _MAX_TOPIC_BYTES: Final = MAX_TOPIC_BYTES
 _PHYSICAL_OFFSET_POS: Final = PHYSICAL_OFFSET_POS
 _HEAD: Final = HEAD  # TOTALSIZE .. BORNTIMESTAMP in one call, once the whole record is at hand
 _TAIL_AFTER_HOSTS: Final = TAIL_AFTER_HOSTS.size  # RECONSUMETIMES PREPARED_TX_OFFSET BODYLEN
+NULL: Final = -(2**63)  # a null in an int column (no commit-log offset, queue offset, timestamp or int32 is this)
+_NULL: Final = NULL
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
 # The properties the rows take, each looked up by "key\x01" (txmq.protocol.record.properties.marker_value)
@@ -92,10 +96,16 @@ def int32_property(text: str | None) -> int | None:
     return value if _INT32_MIN <= value <= _INT32_MAX else None
 
 
+def _int32_or_null(text: str | None) -> int:
+    """:func:`int32_property`, with :data:`NULL` for None."""
+    value = int32_property(text)
+    return _NULL if value is None else value
+
+
 class TxColumns:
     """The ``transactions`` view's columns (``txmq.spark.store_source.TX_COLUMNS``) as lists, row by row.
 
-    ``kinds`` holds indices into :data:`KINDS`; ``groups``, ``topics`` and ``decisions`` indices into ``names``
+    The int columns hold :data:`NULL` for a null. ``kinds`` holds indices into :data:`KINDS`; ``groups``, ``topics`` and ``decisions`` indices into ``names``
     (-1: null); ``host_ids`` indices into ``hosts`` (the store hosts' bytes), whose upper-case hex followed by the
     row's ``offsets`` as 16 hex digits is its offsetMsgId. ``damaged`` says where and why a walk stopped at a record
     whose topic or properties are not UTF-8 (the rows before it stay)."""
@@ -103,20 +113,20 @@ class TxColumns:
     def __init__(self) -> None:
         self.kinds: list[int] = []
         self.offsets: list[int] = []
-        self.halves: list[int | None] = []
-        self.half_qos: list[int | None] = []
+        self.halves: list[int] = []
+        self.half_qos: list[int] = []
         self.groups: list[int] = []
         self.topics: list[int] = []
-        self.qids: list[int | None] = []
-        self.qos: list[int | None] = []
+        self.qids: list[int] = []
+        self.qos: list[int] = []
         self.tx_ids: list[str | None] = []
         self.uniqs: list[str | None] = []
         self.host_ids: list[int] = []
         self.decisions: list[int] = []
-        self.checks: list[int | None] = []
+        self.checks: list[int] = []
         self.borns: list[int] = []
         self.storeds: list[int] = []
-        self.seqs: list[int | None] = []
+        self.seqs: list[int] = []
         self.names: list[str] = []
         self.hosts: list[bytes] = []
         self.damaged: tuple[int, str] | None = None  # (commit-log offset, why) of a record that ended the walk
@@ -293,28 +303,28 @@ class TxColumns:
         several = marker_value(text, _TX_ID)
         group = self._name(marker_value(text, _PGROUP))
         if kind == HALF:
-            half: int | None = phys
-            half_qo: int | None = queue_offset
+            half = phys
+            half_qo = queue_offset
             topic_id = self._name(marker_value(text, _REAL_TOPIC))
-            qid = int32_property(marker_value(text, _REAL_QID))
-            qo: int | None = None
+            qid = _int32_or_null(marker_value(text, _REAL_QID))
+            qo = _NULL
             tx_id = several or marker_value(text, _TRANSACTION_ID) or uniq
-            checks: int | None = None
+            checks = _NULL
         elif kind == DISCARD_COPY:
-            half = half_qo = None
+            half = half_qo = _NULL
             topic_id = self._name(marker_value(text, _REAL_TOPIC))
-            qid = int32_property(marker_value(text, _REAL_QID))
+            qid = _int32_or_null(marker_value(text, _REAL_QID))
             qo = queue_offset
             tx_id = marker_value(text, _TRANSACTION_ID) or uniq
-            checks = int32_property(marker_value(text, _CHECK_TIMES))
+            checks = _int32_or_null(marker_value(text, _CHECK_TIMES))
         else:  # DELIVERY: a committed copy in the real topic, pointing at its half message
             half = _i64(data, body_start - 12)  # PREPARED_TX_OFFSET, before BODYLEN
-            half_qo = None
+            half_qo = _NULL
             topic_id = self._topic(data[topic_end + 1 : props_at - 2])
             qid = queue_id
             qo = queue_offset
             tx_id = several or marker_value(text, _TRANSACTION_ID) or uniq
-            checks = None
+            checks = _NULL
         self.kinds.append(kind)
         self.offsets.append(phys)
         self.halves.append(half)
@@ -330,7 +340,7 @@ class TxColumns:
         self.checks.append(checks)
         self.borns.append(born)
         self.storeds.append(stored)
-        self.seqs.append(int32_property(marker_value(text, _TX_SEQ)) if several else None)
+        self.seqs.append(_int32_or_null(marker_value(text, _TX_SEQ)) if several else _NULL)
 
     def _add_marker(
         self,
@@ -362,20 +372,20 @@ class TxColumns:
             key = keys[i]
             self.kinds.append(kind)
             self.offsets.append(phys)
-            self.halves.append(half_phys)
+            self.halves.append(_NULL if half_phys is None else half_phys)
             self.half_qos.append(half_qo)
             self.groups.append(-1)
             self.topics.append(-1)
-            self.qids.append(None)
+            self.qids.append(_NULL)
             self.qos.append(queue_offset)
             self.tx_ids.append(None)
             self.uniqs.append(key or None)
             self.host_ids.append(host)
             self.decisions.append(self._name(decision) if is_op else -1)
-            self.checks.append(None)
+            self.checks.append(_NULL)
             self.borns.append(born)
             self.storeds.append(stored)
-            self.seqs.append(None)
+            self.seqs.append(_NULL)
 
 
 def _u32(data: bytes, at: int) -> int:
