@@ -55,6 +55,9 @@ HOT_MODULES = [
     "txmq/txn/table.py",
     "txmq/broker/txn/ops.py",
     "txmq/broker/txn/decide.py",
+    # A SYNC_MASTER send's wait for its slave (issue 21: the master's CPU per replicated send).
+    "txmq/ha/waits.py",
+    "txmq/broker/ha/roles.py",
     # The client's per-message requests and answers (issue 16: the client is half of the peer harness's work).
     "txmq/client/wire.py",
 ]

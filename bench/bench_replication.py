@@ -96,12 +96,33 @@ async def in_sync(namesrv: str, timeout: float = 30.0) -> None:
         await producer.shutdown()
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def broker_pids(cluster: Any) -> list[int]:
+    """The processes whose CPU counts as the setup's (the master's and, in its own process, the slave's)."""
+    brokers = [cluster.master, cluster.slave] if isinstance(cluster, MasterAndSlave) else [cluster]
+    return [b.proc.pid for b in brokers if b is not None and b.proc is not None]
+
+
 async def run(clusters: dict[str, Any], inflights: list[int], seconds: float, rounds: int) -> dict[Any, Any]:
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
     for n in range(rounds):
         for inflight in inflights:
             for kind in KINDS if n % 2 == 0 else reversed(KINDS):
-                phase = await send_phase(clusters[kind].namesrv_addr, "BenchRepl", inflight, seconds)
+                pids = broker_pids(clusters[kind])
+                cpu: dict[str, list[float]] = {}
+
+                def marks(at: str, pids: list[int] = pids, cpu: dict[str, list[float]] = cpu) -> None:
+                    cpu[at] = [cpu_seconds(pid) for pid in pids]
+
+                phase = await send_phase(clusters[kind].namesrv_addr, "BenchRepl", inflight, seconds, marks)
+                # Broker CPU per message: the first process's (the master's) and all of them (with the slave's).
+                used = [b - a for a, b in zip(cpu["start"], cpu["end"], strict=True)]
+                phase["cpu_us"] = used[0] / phase["msgs"] * 1e6
+                phase["cpu_all_us"] = sum(used) / phase["msgs"] * 1e6
                 results.setdefault((kind, inflight), []).append(phase)
     return results
 
@@ -131,8 +152,11 @@ def main() -> None:
     print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}")
     where = "in the master's process" if args.one_process else "in a process of its own"
     print(f"{args.rounds} rounds of {args.seconds} s per setup and in-flight count; the slave {where}")
-    print("| in flight | setup | msg/s (median) | p50 ms | p99 ms | median ratio of the rounds |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| in flight | setup | msg/s (median) | p50 ms | p99 ms | median ratio of the rounds "
+        "| broker CPU per msg, us (master; with the slave) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for inflight in inflights:
         singles = results["single", inflight]
         for kind in KINDS:
@@ -141,7 +165,10 @@ def main() -> None:
             p50 = statistics.median(r["p50_ms"] for r in runs)
             p99 = statistics.median(r["p99_ms"] for r in runs)
             ratio = statistics.median(r["rate"] / b["rate"] for r, b in zip(runs, singles, strict=True))
-            print(f"| {inflight} | {kind} | {rate:,.0f} | {p50:.2f} | {p99:.2f} | {ratio:.2f} |")
+            cpu = statistics.median(r["cpu_us"] for r in runs)
+            cpu_all = statistics.median(r["cpu_all_us"] for r in runs)
+            row = f"| {inflight} | {kind} | {rate:,.0f} | {p50:.2f} | {p99:.2f} | {ratio:.2f}"
+            print(f"{row} | {cpu:.0f}; {cpu_all:.0f} |")
 
 
 if __name__ == "__main__":

@@ -277,7 +277,7 @@ def test_the_ha_core_does_no_io() -> None:
 
     forbidden = {"asyncio", "socket", "os", "pathlib", "io", "threading", "subprocess", "selectors"}
     modules = sorted(Path(txmq.ha.__file__).parent.glob("*.py"))
-    assert len(modules) == 4  # __init__, wire, session, election
+    assert len(modules) == 5  # __init__, wire, session, election, waits
     for module in modules:
         for node in ast.walk(ast.parse(module.read_text())):
             names = (
@@ -292,3 +292,23 @@ def test_the_ha_core_does_no_io() -> None:
                     assert name.startswith(("txmq.ha", "txmq.errors")), f"{module.name} imports {name}"
                 else:
                     assert name.split(".")[0] not in forbidden, f"{module.name} imports {name}"
+
+
+def test_coalesce_merges_applies_that_follow_each_other_within_a_segment() -> None:
+    from txmq.ha.session import Apply, Fail, SendReport, coalesce
+
+    a, b, c = Apply(100, b"x" * 20), Apply(120, b"y" * 10), Apply(130, b"z" * 5)
+    assert coalesce([a, b, c], 1000) == [Apply(100, b"x" * 20 + b"y" * 10 + b"z" * 5)]
+    # a gap, another segment, or another effect in between keeps them apart, in order
+    assert coalesce([a, Apply(200, b"w")], 1000) == [a, Apply(200, b"w")]
+    assert coalesce([Apply(990, b"a" * 10), Apply(1000, b"b" * 5)], 1000) == [
+        Apply(990, b"a" * 10),
+        Apply(1000, b"b" * 5),
+    ]
+    assert coalesce([SendReport(100), a, b, Fail("x"), c], 1000) == [
+        SendReport(100),
+        Apply(100, b"x" * 20 + b"y" * 10),
+        Fail("x"),
+        c,
+    ]
+    assert coalesce([], 1000) == [] and coalesce([a], 1000) == [a]

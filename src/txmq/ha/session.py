@@ -64,6 +64,35 @@ class Fail:
 Effect = SendAccept | SendRefuse | Acked | SendReport | Apply | Fail
 
 
+def coalesce(effects: list[Effect], segment_size: int) -> list[Effect]:
+    """``effects`` with each run of :class:`Apply` whose bytes follow one another within one commit-log segment
+    merged into one: the frames a slave reads at once are written and fsynced once, not once per frame (each
+    fsync waits for the one before, and the master's sends wait for all of them)."""
+    out: list[Effect] = []
+    run: list[Apply] = []
+
+    def close_run() -> None:
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            out.append(Apply(run[0].offset, b"".join(a.data for a in run)))
+        run.clear()
+
+    for effect in effects:
+        if isinstance(effect, Apply):
+            if run:
+                end = run[-1].offset + len(run[-1].data)
+                last = effect.offset + len(effect.data) - 1
+                if effect.offset != end or run[0].offset // segment_size != last // segment_size:
+                    close_run()
+            run.append(effect)
+        else:
+            close_run()
+            out.append(effect)
+    close_run()
+    return out
+
+
 # -- the master's end
 
 

@@ -4,8 +4,6 @@ drained by a shipper task, and the waits of SYNC_MASTER sends for their bytes to
 from __future__ import annotations
 
 import asyncio
-import bisect
-import enum
 import errno
 import logging
 from typing import Any
@@ -14,6 +12,7 @@ from txmq.broker.config import BrokerConfig
 from txmq.clock import Clock
 from txmq.errors import StoreError
 from txmq.ha.session import Acked, Fail, MasterSession, SendAccept, SendRefuse
+from txmq.ha.waits import ReplicaWait, ReplicaWaits, Settle
 from txmq.ha.wire import (
     HaProtocolError,
     Hello,
@@ -27,16 +26,9 @@ from txmq.store.message_store import MessageStore
 
 log = logging.getLogger("txmq.broker.ha")
 
+__all__ = ["HaMaster", "ReplicaWait"]
+
 _SHIP_POLL_SECONDS = 0.02  # records without a consume-queue entry (half messages) wake no hook: poll for them too
-
-
-class ReplicaWait(enum.Enum):
-    """How a SYNC_MASTER send's wait for its slave ended (RocketMQ's PutMessageStatus names)."""
-
-    PUT_OK = "PUT_OK"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
-    FENCED = "FENCED"  # controller mode: this master's lease may have expired; it acknowledges nothing
 
 
 class _Link:
@@ -62,8 +54,8 @@ class HaMaster:
         self._links: set[_Link] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._acked = -1  # the highest offset any slave has durably
-        self._waiters: list[tuple[int, int, asyncio.Future[ReplicaWait]]] = []  # (offset, seq, future), sorted
-        self._seq = 0
+        self._waits = ReplicaWaits()  # the SYNC_MASTER sends waiting for a slave
+        self._timer: Any = None  # the clock's handle for the earliest wait's deadline, while one is armed
         self.refused = 0  # connections refused (bad greeting, impossible offset, garbage)
         # Controller mode: the slaves (broker addresses) of the in-sync set confirmed in etcd, plus the slaves
         # joining it (address -> the acknowledged end when they started joining). A send is acknowledged once every
@@ -120,10 +112,8 @@ class HaMaster:
             link.writer.close()
         for task in list(self._tasks):
             task.cancel()
-        for _, _, fut in self._waiters:
-            if not fut.done():
-                fut.cancel()
-        self._waiters.clear()
+        self._disarm()
+        self._waits.settle_all(ReplicaWait.SLAVE_NOT_AVAILABLE)  # closing: nothing will confirm them now
         if self._server is not None:
             try:
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
@@ -200,10 +190,8 @@ class HaMaster:
     def fence(self, reason: str) -> None:
         """Acknowledge nothing more: every waiting send and every later one gets FENCED."""
         self.fenced = reason
-        for _, _, fut in self._waiters:
-            if not fut.done():
-                fut.set_result(ReplicaWait.FENCED)
-        self._waiters.clear()
+        self._disarm()
+        self._waits.settle_all(ReplicaWait.FENCED)
 
     def unfence(self) -> None:
         self.fenced = ""
@@ -227,55 +215,62 @@ class HaMaster:
         return result
 
     def waiter(self, offset: int, timeout: float) -> ReplicaWait | asyncio.Future[ReplicaWait]:
-        """:meth:`wait_replicated` without a coroutine or a task (one per send adds up): the outcome at once when it
-        is known, else a future of it. A PUT_OK from the future must still be checked against :meth:`fence_reason`."""
+        """:meth:`wait_replicated` without a coroutine: the outcome at once when it is known, else a future of it.
+        A PUT_OK from the future must still be checked against :meth:`fence_reason`."""
+        fut: asyncio.Future[ReplicaWait] | None = None
+
+        def settle(outcome: ReplicaWait) -> None:
+            if fut is not None and not fut.done():
+                fut.set_result(outcome)
+
+        outcome = self.when_replicated(offset, timeout, settle)
+        if outcome is not None:
+            return outcome
+        fut = asyncio.get_running_loop().create_future()
+        return fut
+
+    def when_replicated(self, offset: int, timeout: float, settle: Settle) -> ReplicaWait | None:
+        """The outcome of waiting until a slave has the log durably up to ``offset`` when it is known now, else None
+        and ``settle(outcome)`` later, once (no future, no timer per send: the SYNC_MASTER send path). A PUT_OK
+        must still be checked against :meth:`fence_reason` when it is acted on."""
         if self.fence_reason():
             return ReplicaWait.FENCED
         if self.replicated_to() >= offset:
-            self.confirmed = max(self.confirmed, offset)
+            if offset > self.confirmed:
+                self.confirmed = offset
             return ReplicaWait.PUT_OK
         if not self._in_sync():
             return ReplicaWait.SLAVE_NOT_AVAILABLE
-        fut: asyncio.Future[ReplicaWait] = asyncio.get_running_loop().create_future()
-        self._seq += 1
-        entry = (offset, self._seq, fut)
-        bisect.insort(self._waiters, entry)
+        self._waits.add(offset, self.clock.monotonic() + timeout, settle)
+        if self._timer is None:
+            self._arm()
         self._wake_all()
+        return None
 
-        def timed_out() -> None:
-            if not fut.done():
-                fut.set_result(ReplicaWait.FLUSH_SLAVE_TIMEOUT)
+    def _arm(self) -> None:
+        deadline = self._waits.next_deadline()
+        if deadline is not None:
+            self._timer = self.clock.call_later(max(0.0, deadline - self.clock.monotonic()), self._expire)
 
-        timer = self.clock.call_later(timeout, timed_out)
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
-        def settled(done: asyncio.Future[ReplicaWait]) -> None:
-            timer.cancel()
-            if done.cancelled() or done.result() is not ReplicaWait.PUT_OK:
-                try:
-                    self._waiters.remove(entry)  # _on_acked and fence() drop the others themselves
-                except ValueError:
-                    pass
-
-        fut.add_done_callback(settled)
-        return fut
+    def _expire(self) -> None:
+        self._timer = None
+        self._waits.expire(self.clock.monotonic())
+        self._arm()
 
     def _on_acked(self, offset: int) -> None:
         self._acked = max(self._acked, offset)
-        if self.fenced:
+        if self.fenced or not self._waits.pending:
             return
-        offset = self.replicated_to()
-        waiters = self._waiters
-        n = 0
-        while n < len(waiters) and waiters[n][0] <= offset:
-            fut = waiters[n][2]
-            if not fut.done():
-                fut.set_result(ReplicaWait.PUT_OK)
-                # Counted now, not when the waiting send resumes: a slave that starts joining in between must
-                # have this offset before it is called in sync.
-                self.confirmed = max(self.confirmed, waiters[n][0])
-            n += 1
-        if n:
-            del waiters[:n]
+        # Counted before each send resumes: a slave that starts joining in between must have this offset before it
+        # is called in sync.
+        highest = self._waits.acked(self.replicated_to())
+        if highest > self.confirmed:
+            self.confirmed = highest
 
     # -- one slave connection
 

@@ -62,11 +62,51 @@ def refusing_when_fenced(handler: Handler, ha: HaMaster) -> Handler:
 def waiting_for_slave(handler: Handler, ha: HaMaster, store: MessageStore, timeout_ms: int) -> Handler:
     """A SYNC_MASTER send handler: once the send is stored, wait until a slave has the log durably up to the end
     the store had then; answer FLUSH_SLAVE_TIMEOUT when it does not within ``syncFlushTimeout``, and
-    SLAVE_NOT_AVAILABLE when no slave is in sync (the message is stored either way, as in RocketMQ). Chained with
-    callbacks, without a task per send (the send path itself answers with futures)."""
-    timeout = timeout_ms / 1000
+    SLAVE_NOT_AVAILABLE when no slave is in sync (the message is stored either way, as in RocketMQ)."""
+    return WaitingForSlave(handler, ha, store, timeout_ms)
 
-    def answer(cmd: RemotingCommand, response: RemotingCommand, outcome: ReplicaWait) -> RemotingCommand:
+
+class WaitingForSlave:
+    """:func:`waiting_for_slave`'s handler. Per send: the answer's future, and a wait in the master's
+    :class:`~txmq.ha.waits.ReplicaWaits` that settles it (no task, no timer and no second future per send; classes
+    rather than closures, since this module is compiled: setup.py ``HOT_MODULES``)."""
+
+    def __init__(self, handler: Handler, ha: HaMaster, store: MessageStore, timeout_ms: int) -> None:
+        self.handler = handler
+        self.ha = ha
+        self.store = store
+        self.timeout_ms = timeout_ms
+        self.timeout = timeout_ms / 1000
+
+    def __call__(self, conn: Any, cmd: RemotingCommand) -> Any:
+        reason = self.ha.fence_reason()
+        if reason:
+            return None if cmd.is_oneway else fenced_refusal(cmd, reason)
+        result = self.handler(conn, cmd)
+        if result is None or cmd.is_oneway:
+            return result
+        if isinstance(result, RemotingCommand):
+            out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self.replicated(cmd, result, out)
+            return out
+        pending = asyncio.ensure_future(result)
+        out = pending.get_loop().create_future()
+        pending.add_done_callback(_Stored(self, cmd, out))
+        return out
+
+    def replicated(self, cmd: RemotingCommand, response: Any, out: asyncio.Future[Any]) -> None:
+        """The send is stored (``response``): answer ``out`` once the slave has it."""
+        if response is None or response.code != ResponseCode.SUCCESS:
+            out.set_result(response)
+            return
+        outcome = self.ha.when_replicated(
+            self.store.max_physical_offset(), self.timeout, _Answer(self, cmd, response, out)
+        )
+        if outcome is not None:
+            out.set_result(self.answer(cmd, response, outcome))
+
+    def answer(self, cmd: RemotingCommand, response: RemotingCommand, outcome: ReplicaWait) -> RemotingCommand:
+        ha = self.ha
         if outcome is ReplicaWait.PUT_OK and ha.fence_reason():
             outcome = ReplicaWait.FENCED
         if outcome is ReplicaWait.PUT_OK:
@@ -76,33 +116,23 @@ def waiting_for_slave(handler: Handler, ha: HaMaster, store: MessageStore, timeo
         timed_out = outcome is ReplicaWait.FLUSH_SLAVE_TIMEOUT
         response.code = ResponseCode.FLUSH_SLAVE_TIMEOUT if timed_out else ResponseCode.SLAVE_NOT_AVAILABLE
         response.remark = (
-            f"stored on the master, but no slave confirmed it within {timeout_ms} ms"
+            f"stored on the master, but no slave confirmed it within {self.timeout_ms} ms"
             if timed_out
             else "stored on the master, but no slave is in sync (SYNC_MASTER)"
         )
         return response
 
-    def replicated(cmd: RemotingCommand, response: Any, out: asyncio.Future[Any]) -> None:
-        """The send is stored (``response``): answer ``out`` once the slave has it."""
-        if response is None or response.code != ResponseCode.SUCCESS:
-            out.set_result(response)
-            return
-        outcome = ha.waiter(store.max_physical_offset(), timeout)
-        if isinstance(outcome, ReplicaWait):
-            out.set_result(answer(cmd, response, outcome))
-            return
 
-        def waited(done: asyncio.Future[ReplicaWait]) -> None:
-            if out.done():
-                return
-            if done.cancelled():
-                out.cancel()
-            else:
-                out.set_result(answer(cmd, response, done.result()))
+class _Stored:
+    """The store has answered a send (``pending``): on to the wait for the slave."""
 
-        outcome.add_done_callback(waited)
+    def __init__(self, owner: WaitingForSlave, cmd: RemotingCommand, out: asyncio.Future[Any]) -> None:
+        self.owner = owner
+        self.cmd = cmd
+        self.out = out
 
-    def stored(cmd: RemotingCommand, out: asyncio.Future[Any], pending: asyncio.Future[Any]) -> None:
+    def __call__(self, pending: asyncio.Future[Any]) -> None:
+        out = self.out
         if out.done():
             return
         if pending.cancelled():
@@ -110,25 +140,24 @@ def waiting_for_slave(handler: Handler, ha: HaMaster, store: MessageStore, timeo
             return
         exc = pending.exception()
         if isinstance(exc, BrokerRefusal):
-            out.set_result(exc.response(cmd))
+            out.set_result(exc.response(self.cmd))
         elif exc is not None:
             out.set_exception(exc)
         else:
-            replicated(cmd, pending.result(), out)
+            self.owner.replicated(self.cmd, pending.result(), out)
 
-    def call(conn: Any, cmd: RemotingCommand) -> Any:
-        reason = ha.fence_reason()
-        if reason:
-            return None if cmd.is_oneway else fenced_refusal(cmd, reason)
-        result = handler(conn, cmd)
-        if result is None or cmd.is_oneway:
-            return result
-        out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if isinstance(result, RemotingCommand):
-            replicated(cmd, result, out)
-        else:
-            pending = asyncio.ensure_future(result)
-            pending.add_done_callback(lambda done: stored(cmd, out, done))
-        return out
 
-    return call
+class _Answer:
+    """A send's wait for the slave has ended: answer it."""
+
+    def __init__(
+        self, owner: WaitingForSlave, cmd: RemotingCommand, response: RemotingCommand, out: asyncio.Future[Any]
+    ):
+        self.owner = owner
+        self.cmd = cmd
+        self.response = response
+        self.out = out
+
+    def __call__(self, outcome: ReplicaWait) -> None:
+        if not self.out.done():
+            self.out.set_result(self.owner.answer(self.cmd, self.response, outcome))

@@ -18,7 +18,7 @@ from txmq.broker.subscriptions import SubscriptionGroupManager
 from txmq.broker.topics import TopicConfigManager
 from txmq.clock import Clock
 from txmq.errors import RemotingError, StoreError
-from txmq.ha.session import Apply, Fail, SendReport, SlaveSession, SlaveState
+from txmq.ha.session import Apply, Effect, Fail, SendReport, SlaveSession, SlaveState, coalesce
 from txmq.ha.wire import (
     Accept,
     Data,
@@ -136,6 +136,7 @@ class HaSlave:
         store = self.store
         session = self.session = SlaveSession(store.flushed_physical_offset())
         decoder = MasterFrameDecoder()
+        segment_size = store.config.mapped_file_size_commit_log
         heartbeat = self.config.ha_send_heartbeat_interval / 1000
         silence = self.config.ha_housekeeping_interval / 1000
         try:
@@ -167,16 +168,19 @@ class HaSlave:
                     if self.clock.monotonic() - last_report > silence:
                         self._note(f"HA: master {ha_addr} silent for {silence:.0f} s; reconnecting")
                         return
+                read: list[Effect] = []  # the effects of everything read at once, carried out in order
                 for frame in frames:
                     if isinstance(frame, Accept):
-                        effects = session.accept(frame)
+                        read += session.accept(frame)
                     elif isinstance(frame, Refuse):
-                        effects = session.refuse(frame)
+                        read += session.refuse(frame)
                     elif isinstance(frame, Data):
-                        effects = session.data(frame)
+                        read += session.data(frame)
                         last_report = self.clock.monotonic()
-                    else:  # pragma: no cover
-                        continue
+                    if session.state is SlaveState.CLOSED:
+                        break
+                if read:
+                    effects = coalesce(read, segment_size)
                     while effects:
                         effect = effects.pop(0)
                         if isinstance(effect, Apply):
@@ -185,7 +189,7 @@ class HaSlave:
                             except StoreError as exc:
                                 self._note(f"HA: the master's bytes at {effect.offset} cannot be applied: {exc}")
                                 return
-                            effects += session.applied(end)
+                            effects[:0] = session.applied(end)  # its report goes out before anything else
                         elif isinstance(effect, SendReport):
                             writer.write(encode_report(effect.offset))
                             if session.master_max >= 0 and self.last_error:
