@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 from cluster_harness import free_port
@@ -30,6 +31,9 @@ from txmq.client import (
 from txmq.testing import aeventually
 
 from .browser import shot
+
+# While the page reloads after a form is sent, its elements are missing or stale for a moment (seen once in CI).
+RELOADING = (NoSuchElementException, StaleElementReferenceException)
 
 FAST = {"rebalance_interval": 1.0, "poll_name_server_interval": 2.0, "heartbeat_interval": 2.0}
 
@@ -111,7 +115,9 @@ async def test_console_pages_resolve_an_in_doubt_transaction_and_resend_a_dead_l
             assert "cannot be undone" in alert.text
             await asyncio.to_thread(alert.accept)
             await aeventually(
-                lambda: browser.find_element(By.ID, "tx-state").text == "COMMITTED", "the page to say COMMITTED"
+                lambda: browser.find_element(By.ID, "tx-state").text == "COMMITTED",
+                "the page to say COMMITTED",
+                retry_on=RELOADING,
             )
             assert "OPERATOR" in browser.page_source.upper()
             shot(browser, "transaction-resolved")
@@ -298,7 +304,9 @@ async def test_console_with_acl_reader_reads_admin_changes(make_cluster: Any, br
     browser.find_element(By.ID, "resolve-button").click()
     await asyncio.to_thread(browser.switch_to.alert.accept)
     await aeventually(
-        lambda: browser.find_element(By.ID, "tx-state").text == "ROLLED_BACK", "the page to say ROLLED_BACK"
+        lambda: browser.find_element(By.ID, "tx-state").text == "ROLLED_BACK",
+        "the page to say ROLLED_BACK",
+        retry_on=RELOADING,
     )
     shot(browser, "transaction-admin")
     for path in ("/", "/topics", "/groups", "/transactions", "/dlq", f"/message?q={msg_id}"):
