@@ -28,7 +28,8 @@ log = logging.getLogger("txmq.broker.ha")
 
 __all__ = ["HaMaster", "ReplicaWait"]
 
-_SHIP_POLL_SECONDS = 0.02  # records without a consume-queue entry (half messages) wake no hook: poll for them too
+_SHIP_POLL_SECONDS = 0.02  # the shipper task looks again this often even when nothing woke it
+_DIRECT_BUFFER_BYTES = 4 << 20  # the loop ships directly while a slave's connection buffers less than this
 
 
 class _Link:
@@ -84,21 +85,54 @@ class HaMaster:
             log.warning("HA port %d is in use; listening on a free port instead", port)
             self._server = await asyncio.start_server(self._serve, host, 0, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
-        self.store.on_new_messages(lambda *_: self._wake_all())
         # Ship each append as soon as it is written, not after the master's fsync: the slave writes and fsyncs
         # while the master does (RocketMQ ships from the written position too); a send is still answered only
-        # once both have it durably.
+        # once both have it durably. The loop ships it itself (_ship_now), without waking the shipper task.
         loop = asyncio.get_running_loop()
 
         def written(_end: int) -> None:
             if self._links:
-                loop.call_soon_threadsafe(self._wake_all)
+                loop.call_soon_threadsafe(self._ship_now)
 
         self.store.on_written(written)
 
     def _wake_all(self) -> None:
         for link in self._links:
             link.wake.set()
+
+    def _ship_now(self) -> None:
+        """The log grew: ship it to every streaming slave from here. A link the direct path cannot serve (its
+        connection's buffer is full, a read failed) wakes its shipper task, which waits for the buffer to drain."""
+        for link in self._links:
+            if not self._ship_direct(link):
+                link.wake.set()
+
+    def _ship_direct(self, link: _Link) -> bool:
+        """Ship what ``link``'s session asks for, up to the written end, while the connection's buffer has room.
+        True when everything written is shipped (or the session is not streaming yet: its task starts it)."""
+        session = link.session
+        if not session.in_sync:
+            return True
+        writer = link.writer
+        if writer.transport.is_closing():
+            return False
+        store = self.store
+        written = store.written_physical_offset()
+        while writer.transport.get_write_buffer_size() < _DIRECT_BUFFER_BYTES:
+            chunk = session.next_chunk(written)
+            if chunk is None:
+                return True
+            start, end = chunk
+            try:
+                data = store.read_replica_chunk(start, end)
+            except StoreError:
+                return False  # the task reads it again, and drops the link with the reason
+            if not data:
+                return False
+            session.shipped(start, start + len(data))
+            writer.write(encode_data_header(start, len(data)))
+            writer.write(data)
+        return False
 
     @property
     def ha_addr(self) -> str:
@@ -244,8 +278,7 @@ class HaMaster:
         self._waits.add(offset, self.clock.monotonic() + timeout, settle)
         if self._timer is None:
             self._arm()
-        self._wake_all()
-        return None
+        return None  # shipped already, or about to be: every append is (on_written), and the shipper task polls
 
     def _arm(self) -> None:
         deadline = self._waits.next_deadline()
