@@ -139,3 +139,17 @@ async def test_a_fenced_master_acknowledges_nothing(master: HaMaster) -> None:
     assert await waiting is ReplicaWait.FENCED
     master.unfence()
     assert master.fence_reason() == ""
+
+
+async def test_each_wait_times_out_at_its_own_deadline(master: HaMaster) -> None:
+    """One timer serves all the waits: a later wait with a shorter timeout re-arms it for its own deadline."""
+    master.set_required(frozenset({SLAVE}))  # every send waits for a slave that is not there
+    end = await _put(master, 1)
+    long_wait = asyncio.ensure_future(master.wait_replicated(end, 5.0))
+    await asyncio.sleep(0.01)
+    started = SYSTEM_CLOCK.monotonic()
+    assert await master.wait_replicated(end, 0.2) is ReplicaWait.FLUSH_SLAVE_TIMEOUT
+    assert SYSTEM_CLOCK.monotonic() - started < 2.0  # not held until the first wait's deadline
+    assert not long_wait.done()
+    master.set_required(frozenset())
+    assert await long_wait is ReplicaWait.PUT_OK

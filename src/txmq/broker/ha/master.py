@@ -57,6 +57,7 @@ class HaMaster:
         self._acked = -1  # the highest offset any slave has durably
         self._waits = ReplicaWaits()  # the SYNC_MASTER sends waiting for a slave
         self._timer: Any = None  # the clock's handle for the earliest wait's deadline, while one is armed
+        self._timer_at = 0.0  # that deadline
         self.refused = 0  # connections refused (bad greeting, impossible offset, garbage)
         # Controller mode: the slaves (broker addresses) of the in-sync set confirmed in etcd, plus the slaves
         # joining it (address -> the acknowledged end when they started joining). A send is acknowledged once every
@@ -275,14 +276,17 @@ class HaMaster:
             return ReplicaWait.PUT_OK
         if not self._in_sync():
             return ReplicaWait.SLAVE_NOT_AVAILABLE
-        self._waits.add(offset, self.clock.monotonic() + timeout, settle)
-        if self._timer is None:
+        deadline = self.clock.monotonic() + timeout
+        self._waits.add(offset, deadline, settle)
+        if self._timer is None or deadline < self._timer_at:  # the latter only when timeouts differ
+            self._disarm()
             self._arm()
         return None  # shipped already, or about to be: every append is (on_written), and the shipper task polls
 
     def _arm(self) -> None:
         deadline = self._waits.next_deadline()
         if deadline is not None:
+            self._timer_at = deadline
             self._timer = self.clock.call_later(max(0.0, deadline - self.clock.monotonic()), self._expire)
 
     def _disarm(self) -> None:
