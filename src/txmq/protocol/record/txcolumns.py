@@ -65,7 +65,9 @@ _MAX_TOPIC_BYTES: Final = MAX_TOPIC_BYTES
 _PHYSICAL_OFFSET_POS: Final = PHYSICAL_OFFSET_POS
 _HEAD: Final = HEAD  # TOTALSIZE .. BORNTIMESTAMP in one call, once the whole record is at hand
 _TAIL_AFTER_HOSTS: Final = TAIL_AFTER_HOSTS.size  # RECONSUMETIMES PREPARED_TX_OFFSET BODYLEN
-NULL: Final = -(2**63)  # a null in an int column (no commit-log offset, queue offset, timestamp or int32 is this)
+# A null in an int column: no offset, timestamp or int32 is this (a delivery's PREPARED_TX_OFFSET of -2^63, which
+# points nowhere, reads as null).
+NULL: Final = -(2**63)
 _NULL: Final = NULL
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
@@ -105,10 +107,11 @@ def _int32_or_null(text: str | None) -> int:
 class TxColumns:
     """The ``transactions`` view's columns (``txmq.spark.store_source.TX_COLUMNS``) as lists, row by row.
 
-    The int columns hold :data:`NULL` for a null. ``kinds`` holds indices into :data:`KINDS`; ``groups``, ``topics`` and ``decisions`` indices into ``names``
-    (-1: null); ``host_ids`` indices into ``hosts`` (the store hosts' bytes), whose upper-case hex followed by the
-    row's ``offsets`` as 16 hex digits is its offsetMsgId. ``damaged`` says where and why a walk stopped at a record
-    whose topic or properties are not UTF-8 (the rows before it stay)."""
+    The int columns hold :data:`NULL` for a null. ``kinds`` holds indices into :data:`KINDS`; ``groups``,
+    ``topics`` and ``decisions`` indices into ``names`` (-1: null); ``host_ids`` indices into ``hosts`` (the store
+    hosts' bytes), whose upper-case hex followed by the row's ``offsets`` as 16 hex digits is its offsetMsgId.
+    ``damaged`` says where and why a walk stopped at a record whose topic or properties are not UTF-8 (the rows
+    before it stay)."""
 
     def __init__(self) -> None:
         self.kinds: list[int] = []
