@@ -256,3 +256,29 @@ def test_latency_summary_is_the_nearest_rank_percentile_approx_approximates(spar
     times = times[:split] + [(r, ms, 1) for r, ms, n in times[split:] for _ in range(n)]
     assert latency_summary(times) == [r.asDict() for r in expected.collect()]
     assert latency_summary([]) == []
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_latency_charts_buckets_are_sparks_without_a_job(spark: Any, seed: int) -> None:
+    """The report's latency chart counts (report.latency_buckets, from the pass's counts of times) equal what a
+    Spark query over the audit rows counts (spark_latency_buckets): bucket edges, times under 1 ms, null times."""
+    import random
+
+    from txmq.spark.report import latency_buckets, spark_latency_buckets
+
+    rng = random.Random(seed)
+    edges = [round(10 ** (k / 4)) + d for k in range(0, 28) for d in (-1, 0, 1)]  # around every bucket's edge
+    rows = [
+        (
+            rng.choice(["COMMIT", "ROLLBACK", "DISCARDED"]),
+            rng.choice([None, -3, 0, 1, 2, *edges, rng.randint(0, 10**7)]),
+        )
+        for _ in range(2000)
+    ]
+    frame = spark.createDataFrame(rows, "resolution string, time_to_resolution_ms bigint")
+    counted: dict[tuple[str, int | None], int] = {}
+    for key in rows:
+        counted[key] = counted.get(key, 0) + 1
+    times = [(r, ms, n) for (r, ms), n in counted.items()]
+    assert latency_buckets(times) == spark_latency_buckets(frame)
+    assert latency_buckets([("COMMIT", None, 5)]) == []

@@ -791,10 +791,11 @@ def run_audit(
         lap("summaries")
         html = None
         if report:
-            from txmq.spark.report import write_report
+            from txmq.spark.report import latency_buckets, write_report
 
             audit = spark.read.schema(AUDIT_SCHEMA).parquet(written.audit)
-            html = write_report(spark, audit, spark.read.parquet(written.anomalies), summary, out_dir)
+            anomaly_rows = spark.read.parquet(written.anomalies) if sum(summary["anomalies"].values()) else None
+            html = write_report(spark, audit, anomaly_rows, summary, out_dir, latency_buckets(found.times))
             lap("report")
     return AuditResult(
         out_dir=out_dir,

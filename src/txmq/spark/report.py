@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import html
+import math
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -45,29 +47,46 @@ def _resolution_chart(summary: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
-def _latency_chart(audit: DataFrame, path: str) -> None:
+def latency_buckets(times: Iterable[tuple[str, int | None, int]]) -> list[tuple[str, int, int]]:
+    """The latency chart's counts, (resolution, bucket, transactions), from (resolution, time_to_resolution_ms, how
+    many transactions took it) as the audit's pass hands them back: bucket ``b`` holds the times in
+    ``[10^(b/4), 10^((b+1)/4))`` ms (four per decade; times under 1 ms in bucket 0), null times left out. The same
+    counts as :func:`spark_latency_buckets` over ``audit.parquet``, with no Spark job."""
+    counted: dict[tuple[str, int], int] = {}
+    for resolution, ms, count in times:
+        if ms is None:
+            continue
+        key = (resolution, math.floor(math.log10(max(ms, 1)) * 4))
+        counted[key] = counted.get(key, 0) + count
+    return sorted((r, b, n) for (r, b), n in counted.items())
+
+
+def spark_latency_buckets(audit: DataFrame) -> list[tuple[str, int, int]]:
+    """:func:`latency_buckets` counted by Spark over the audit's rows (only the bucket counts come to the driver)."""
+    bucket = F.floor(F.log10(F.greatest(F.col("time_to_resolution_ms"), F.lit(1))) * 4).cast("int")
+    rows = (
+        audit.filter(F.col("time_to_resolution_ms").isNotNull())
+        .groupBy("resolution", bucket.alias("b"))
+        .count()
+        .collect()
+    )
+    return sorted((r["resolution"], int(r["b"]), int(r["count"])) for r in rows)
+
+
+def _latency_chart(counts: list[tuple[str, int, int]], path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    # Log-spaced buckets (4 per decade) counted in Spark; only the bucket counts come to the driver.
-    bucket = F.floor(F.log10(F.greatest(F.col("time_to_resolution_ms"), F.lit(1))) * 4).cast("int")
-    counts = (
-        audit.filter(F.col("time_to_resolution_ms").isNotNull())
-        .groupBy("resolution", bucket.alias("b"))
-        .count()
-        .toPandas()
-    )
     # A histogram: one bar per bucket [10^(b/4), 10^((b+1)/4)) ms, the resolutions stacked in it.
     fig, ax = plt.subplots(figsize=(7, 4))
-    buckets = sorted({int(b) for b in counts["b"]}) if len(counts) else []
+    buckets = sorted({b for _r, b, _n in counts})
     bottom = dict.fromkeys(buckets, 0)
     for res, colour in RESOLUTION_COLOURS.items():
-        part = counts[counts["resolution"] == res]
-        if not len(part):
+        by_bucket = {b: n for r, b, n in counts if r == res}
+        if not by_bucket:
             continue
-        by_bucket = {int(b): int(c) for b, c in zip(part["b"], part["count"], strict=True)}
         lefts = [10 ** (b / 4) for b in buckets]
         widths = [10 ** ((b + 1) / 4) - 10 ** (b / 4) for b in buckets]
         heights = [by_bucket.get(b, 0) for b in buckets]
@@ -80,7 +99,7 @@ def _latency_chart(audit: DataFrame, path: str) -> None:
     ax.set_xlabel("time from prepare to decision (ms, log scale)")
     ax.set_ylabel("transactions")
     ax.set_title("Time to resolution")
-    if len(counts):
+    if counts:
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -88,12 +107,23 @@ def _latency_chart(audit: DataFrame, path: str) -> None:
 
 
 def write_report(
-    spark: SparkSession, audit: DataFrame, anomaly_rows: DataFrame, summary: dict[str, Any], out_dir: str
+    spark: SparkSession,
+    audit: DataFrame,
+    anomaly_rows: DataFrame | None,
+    summary: dict[str, Any],
+    out_dir: str,
+    latency: list[tuple[str, int, int]] | None = None,
 ) -> str:
-    """Write ``report.html`` with ``resolutions.png`` and ``latency.png`` beside it; returns the HTML path."""
+    """Write ``report.html`` with ``resolutions.png`` and ``latency.png`` beside it; returns the HTML path.
+    ``latency``: the chart's counts (:func:`latency_buckets`) when the caller has them, else Spark counts them;
+    ``anomaly_rows``: None when the audit found none (no query for an empty sample)."""
     _resolution_chart(summary, os.path.join(out_dir, "resolutions.png"))
-    _latency_chart(audit, os.path.join(out_dir, "latency.png"))
-    sample = [r.asDict() for r in anomaly_rows.orderBy("anomaly", "half_commit_log_offset").limit(50).collect()]
+    _latency_chart(spark_latency_buckets(audit) if latency is None else latency, os.path.join(out_dir, "latency.png"))
+    sample = (
+        []
+        if anomaly_rows is None
+        else [r.asDict() for r in anomaly_rows.orderBy("anomaly", "half_commit_log_offset").limit(50).collect()]
+    )
     totals = [{"resolution": k, "transactions": v} for k, v in summary["by_resolution"].items()]
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>txmq transaction audit</title>
