@@ -1,5 +1,6 @@
 """A master's HA port: one :class:`~txmq.ha.session.MasterSession` per slave connection, fed by a reader task and
-drained by a shipper task, and the waits of SYNC_MASTER sends for their bytes to be durable on a slave."""
+shipped to from the loop as the log grows (a shipper task per connection takes over when its buffer is full), and the
+waits of SYNC_MASTER sends for their bytes to be durable on a slave (:mod:`txmq.ha.waits`)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class _Link:
         self.writer = writer
         self.peer = peer
         self.replica = ""  # the slave's broker address, from its greeting
-        self.wake = asyncio.Event()  # the log grew, or a send waits: ship now
+        self.wake = asyncio.Event()  # ship now: the direct path could not, or the slave acknowledged more
 
 
 class HaMaster:
@@ -96,10 +97,6 @@ class HaMaster:
                 loop.call_soon_threadsafe(self._ship_now)
 
         self.store.on_written(written)
-
-    def _wake_all(self) -> None:
-        for link in self._links:
-            link.wake.set()
 
     def _ship_now(self) -> None:
         """The log grew: ship it to every streaming slave from here. A link the direct path cannot serve (its
@@ -241,28 +238,19 @@ class HaMaster:
 
     async def wait_replicated(self, offset: int, timeout: float) -> ReplicaWait:
         """Wait until a slave has the commit log durably up to ``offset`` (a send's end)."""
-        outcome = self.waiter(offset, timeout)
-        if isinstance(outcome, ReplicaWait):
-            return outcome
-        result = await outcome
-        if result is ReplicaWait.PUT_OK and self.fence_reason():
-            return ReplicaWait.FENCED
-        return result
-
-    def waiter(self, offset: int, timeout: float) -> ReplicaWait | asyncio.Future[ReplicaWait]:
-        """:meth:`wait_replicated` without a coroutine: the outcome at once when it is known, else a future of it.
-        A PUT_OK from the future must still be checked against :meth:`fence_reason`."""
-        fut: asyncio.Future[ReplicaWait] | None = None
+        fut: asyncio.Future[ReplicaWait] = asyncio.get_running_loop().create_future()
 
         def settle(outcome: ReplicaWait) -> None:
-            if fut is not None and not fut.done():
+            if not fut.done():
                 fut.set_result(outcome)
 
         outcome = self.when_replicated(offset, timeout, settle)
         if outcome is not None:
             return outcome
-        fut = asyncio.get_running_loop().create_future()
-        return fut
+        result = await fut
+        if result is ReplicaWait.PUT_OK and self.fence_reason():
+            return ReplicaWait.FENCED
+        return result
 
     def when_replicated(self, offset: int, timeout: float, settle: Settle) -> ReplicaWait | None:
         """The outcome of waiting until a slave has the log durably up to ``offset`` when it is known now, else None
