@@ -160,21 +160,22 @@ def after_half(check: dict) -> float:
 
 
 def test_an_unknown_transaction_is_checked_again_and_again(clusters: dict[str, Any]) -> None:
-    """A local transaction that stays UNKNOWN: how many checks come in 8 s, and when (transactionTimeOut and
-    transactionCheckInterval are 1 s on both)."""
+    """A local transaction that stays UNKNOWN: how many checks come in 15 s, and when (transactionTimeOut and
+    transactionCheckInterval are 1 s on both). 15 s, not 8: under CI's load Apache RocketMQ once sent no check at
+    all within 8 s."""
 
     def observe(cluster: Any) -> dict[str, Any]:
-        _, _, events = tx_produce(cluster, "RefTxUnknown", "--plan", "UNKNOWN", "--count", "1", "--linger", "8")
+        _, _, events = tx_produce(cluster, "RefTxUnknown", "--plan", "UNKNOWN", "--count", "1", "--linger", "15")
         checks = named(events, "checked")
         return {
             "checked more than once": len(checks) > 1,
             "TRANSACTION_CHECK_TIMES in order": [int(c["properties"]["TRANSACTION_CHECK_TIMES"]) for c in checks]
             == list(range(1, len(checks) + 1)),
-            "checks in 8 s": len(checks),
+            "checks in 15 s": len(checks),
             "check times after the half (s)": [after_half(c) for c in checks],
         }
 
-    report_only = {"checks in 8 s", "check times after the half (s)"}
+    report_only = {"checks in 15 s", "check times after the half (s)"}
     compare("transactions: a transaction that stays unknown", clusters, observe, report_only=report_only)
 
 
