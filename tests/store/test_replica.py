@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from helpers_store import SEGMENT, make_record
 
+from txmq.errors import StoreClosedError
 from txmq.protocol.record import SysFlag
 from txmq.store.message_store import MessageStore, PutStatus
 from txmq.store.replica import ReplicaError
@@ -89,3 +90,24 @@ def test_a_replica_reopens_and_continues(make_store: Callable[..., MessageStore]
     ship_all(master, again)
     for topic, qid in master.queues():
         assert again.max_offset(topic, qid) == master.max_offset(topic, qid)
+
+
+def test_the_durable_callback_comes_once_with_the_end_and_a_closing_replica_refuses(
+    make_store: Callable[..., MessageStore], tmp_path: Path
+) -> None:
+    master = make_store(tmp_path / "master")
+    slave = make_store(tmp_path / "slave")
+    slave.replica = True
+    fill(master, 30)
+    data = master.read_replica_chunk(0, 100_000)
+    seen: list[int] = []
+    end = slave.append_replicated(0, data, seen.append)  # on this thread, once the bytes are durable
+    assert end == len(data)
+    assert seen == [end]
+    # Bad bytes: nothing durable, no call.
+    with pytest.raises(ReplicaError):
+        slave.append_replicated(end, b"\x00\x00\x01\x00garbage" * 40, seen.append)
+    assert seen == [end]
+    slave.shutdown()
+    with pytest.raises(StoreClosedError):
+        slave.append_replicated(end, master.read_replica_chunk(end, end + 100_000))

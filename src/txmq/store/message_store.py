@@ -316,14 +316,13 @@ class MessageStore:
     def replica(self, value: bool) -> None:
         self._health.replica = value
 
-    def append_replicated(self, offset: int, data: bytes) -> int:
-        """Append a master's bytes verbatim at ``offset`` (this log's end), durably, and dispatch them (blocking; on
-        the writer thread). Returns the new end; raises :class:`~txmq.store.replica.ReplicaError` on bad bytes."""
-        return self._writer.call_in_writer(lambda: self._writer.append_replicated(offset, data))  # type: ignore[no-any-return]
-
-    def append_replicated_future(self, offset: int, data: bytes) -> asyncio.Future[int]:
-        """:meth:`append_replicated` for an event loop (no executor thread in between)."""
-        return self._writer.call_in_writer_future(lambda: self._writer.append_replicated(offset, data))
+    def append_replicated(self, offset: int, data: bytes, durable: Callable[[int], None] | None = None) -> int:
+        """Append a master's bytes verbatim at ``offset`` (this log's end), durably, and dispatch them. Blocking, on
+        the calling thread (a slave's link thread), which holds the append lock as the writer thread does: no
+        hand-over to the writer and back. ``durable(end)`` runs as soon as the bytes are durable, before their
+        dispatch, and must not raise. Returns the new end; raises :class:`~txmq.store.replica.ReplicaError` on
+        bad bytes, :class:`~txmq.errors.StoreClosedError` once the store is closing."""
+        return self._writer.append_replicated_here(offset, data, durable)
 
     def read_replica_chunk(self, start: int, end: int) -> bytes:
         """Whole records from ``start`` within one segment, before ``end`` (a master's next chunk to ship): written

@@ -149,7 +149,7 @@ def _link_positions(entries: list[AppendEntry], prop: str) -> list[int]:
 class _Task:
     """A function the writer thread runs between groups (retention, forced checkpoints)."""
 
-    __slots__ = ("done", "error", "fn", "on_done", "result")
+    __slots__ = ("done", "error", "fn", "result")
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self.fn = fn
@@ -157,12 +157,9 @@ class _Task:
         self.done.acquire()
         self.result: Any = None
         self.error: BaseException | None = None
-        self.on_done: Callable[[_Task], None] | None = None  # called on the writer thread once it ran (or failed)
 
     def finish(self) -> None:
         self.done.release()
-        if self.on_done is not None:
-            self.on_done(self)
 
 
 _STOP = object()
@@ -479,36 +476,6 @@ class Writer:
         finally:
             task.finish()
 
-    def call_in_writer_future(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
-        """:meth:`call_in_writer` for an event loop: a future of ``fn``'s result, without a thread of the executor."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-
-        def settle(task: _Task) -> None:
-            if fut.done():
-                return
-            if task.error is not None:
-                fut.set_exception(task.error)
-            else:
-                fut.set_result(task.result)
-
-        def on_done(task: _Task) -> None:
-            try:
-                loop.call_soon_threadsafe(settle, task)
-            except RuntimeError:  # the loop is closed: nobody waits
-                pass
-
-        task = _Task(fn)
-        task.on_done = on_done
-        health = self._health
-        with health.put_lock:
-            if health.state != "open":
-                raise StoreClosedError(f"the store is {health.state}")
-            if health.writer_dead:
-                raise StoreError(f"the store failed: {health.failure}")
-            self._queue.put(task)
-        return fut
-
     def call_in_writer(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the writer thread between groups and return its result (blocking)."""
         task = _Task(fn)
@@ -704,11 +671,23 @@ class Writer:
 
     # ------------------------------------------------------------------------------------------ a slave's appends
 
-    def append_replicated(self, offset: int, data: bytes) -> int:
-        """A slave's append (on the writer thread, under the append lock): ``data`` (whole records, maybe ending with a
+    def append_replicated_here(self, offset: int, data: bytes, durable: Callable[[int], None] | None = None) -> int:
+        """:meth:`append_replicated` on the calling thread, under the append lock (a group or a task of the writer
+        thread finishes first); refused once the store is closing or has failed."""
+        health = self._health
+        with self._append_lock:
+            if health.state != "open":
+                raise StoreClosedError(f"the store is {health.state}")
+            if health.failure is not None:
+                raise StoreError(f"the store failed: {health.failure}")
+            return self.append_replicated(offset, data, durable)
+
+    def append_replicated(self, offset: int, data: bytes, durable: Callable[[int], None] | None = None) -> int:
+        """A slave's append (under the append lock): ``data`` (whole records, maybe ending with a
         segment's end-of-file blank) at ``offset``, which must be this log's end. Verify every record (magic, sizes,
-        CRC, PHYSICALOFFSET, queue offsets in sequence), write, fdatasync, dispatch with recovery's fields, publish.
-        Returns the new end; raises :class:`ReplicaError` and writes nothing on bad bytes."""
+        CRC, PHYSICALOFFSET, queue offsets in sequence), write, fdatasync, call ``durable(end)`` (which must not
+        raise: the slave reports its durable end from there, before the dispatch), dispatch with recovery's fields,
+        publish. Returns the new end; raises :class:`ReplicaError` and writes nothing on bad bytes."""
         published = self._published
         if offset != published.written:
             raise ReplicaError(f"replicated bytes at {offset}, but this commit log ends at {published.written}")
@@ -750,6 +729,8 @@ class Writer:
             raise
         self._seg = None
         published.written = end
+        if durable is not None:
+            durable(end)
         self._commit_log.maybe_prepare(end)
         self.consume_queue.put(dispatches)
         self._indexer.enqueue(dispatches)

@@ -128,8 +128,7 @@ class HaMaster:
             if not data:
                 return False
             session.shipped(start, start + len(data))
-            writer.write(encode_data_header(start, len(data)))
-            writer.write(data)
+            writer.write(encode_data_header(start, len(data)) + data)  # one segment: the slave reads it at once
         return False
 
     @property
@@ -428,8 +427,7 @@ class HaMaster:
                     await asyncio.sleep(_SHIP_POLL_SECONDS)
                     continue
                 session.shipped(start, start + len(data))
-                writer.write(encode_data_header(start, len(data)))
-                writer.write(data)
+                writer.write(encode_data_header(start, len(data)) + data)
                 await writer.drain()
                 idle_since = self.clock.monotonic()
         except (ConnectionError, OSError) as exc:

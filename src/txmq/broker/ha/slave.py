@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -130,81 +132,30 @@ class HaSlave:
         self.last_error = message
 
     async def _replicate(self, ha_addr: str) -> None:
+        """One connection to the master: connected here, on the loop (so that a cancel stops the connect), then
+        driven to its end by a :class:`_Link` thread. Cancelled, it stops the thread and waits for it: whoever
+        cancels (a candidate taking over at its log's end) knows that nothing more is appended."""
         host, _, port = ha_addr.rpartition(":")
+        loop = asyncio.get_running_loop()
         async with asyncio.timeout(5.0):  # not wait_for: in 3.11 it loses a cancel that lands as the connect succeeds
-            reader, writer = await asyncio.open_connection(host, int(port))
-        store = self.store
-        session = self.session = SlaveSession(store.flushed_physical_offset())
-        decoder = MasterFrameDecoder()
-        segment_size = store.config.mapped_file_size_commit_log
-        heartbeat = self.config.ha_send_heartbeat_interval / 1000
-        silence = self.config.ha_housekeeping_interval / 1000
+            infos = await loop.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+            family, kind, proto, _, addr = infos[0]
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                await loop.sock_connect(sock, addr)
+            except BaseException:
+                sock.close()
+                raise
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        link = _Link(self, ha_addr, sock, loop)
+        link.start()
         try:
-            writer.write(
-                encode_hello(
-                    self.config.broker_name,
-                    store.config.mapped_file_size_commit_log,
-                    replica_addr=self.config.broker_addr,
-                )
-            )
-            last_report = self.clock.monotonic()
-            while session.state is not SlaveState.CLOSED:
-                try:
-                    async with asyncio.timeout(heartbeat):  # no task per read, unlike wait_for
-                        data = await reader.read(1 << 20)
-                except TimeoutError:
-                    data = None
-                if data is not None:
-                    if not data:
-                        self._note(f"HA: master {ha_addr} closed the link", logging.INFO)
-                        return
-                    try:
-                        frames = decoder.feed(data)
-                    except HaProtocolError as exc:
-                        self._note(f"HA: master {ha_addr} sent garbage: {exc}")
-                        return
-                else:
-                    frames = []
-                    if self.clock.monotonic() - last_report > silence:
-                        self._note(f"HA: master {ha_addr} silent for {silence:.0f} s; reconnecting")
-                        return
-                read: list[Effect] = []  # the effects of everything read at once, carried out in order
-                for frame in frames:
-                    if isinstance(frame, Accept):
-                        read += session.accept(frame)
-                    elif isinstance(frame, Refuse):
-                        read += session.refuse(frame)
-                    elif isinstance(frame, Data):
-                        read += session.data(frame)
-                        last_report = self.clock.monotonic()
-                    if session.state is SlaveState.CLOSED:
-                        break
-                if read:
-                    effects = coalesce(read, segment_size)
-                    while effects:
-                        effect = effects.pop(0)
-                        if isinstance(effect, Apply):
-                            try:
-                                end = await store.append_replicated_future(effect.offset, effect.data)
-                            except StoreError as exc:
-                                self._note(f"HA: the master's bytes at {effect.offset} cannot be applied: {exc}")
-                                return
-                            effects[:0] = session.applied(end)  # its report goes out before anything else
-                        elif isinstance(effect, SendReport):
-                            writer.write(encode_report(effect.offset))
-                            if session.master_max >= 0 and self.last_error:
-                                log.info("HA: replicating from master %s at offset %d", ha_addr, effect.offset)
-                                self.last_error = ""
-                        elif isinstance(effect, Fail):
-                            self._note(f"HA: {effect.reason}", logging.ERROR)
-                            return
-                if session.state is SlaveState.REPLICATING and data is None:
-                    writer.write(encode_report(session.durable))  # heartbeat: still here, still at this offset
-                await writer.drain()
+            await asyncio.shield(link.done)
         finally:
-            if session.state is not SlaveState.CLOSED:
-                session.close("link closed")
-            writer.close()
+            if not link.done.done():
+                link.stop()
+                link.join()  # at most the append under way: one write and its fsync
 
     # -- metadata
 
@@ -272,3 +223,140 @@ async def _cancel_and_wait(task: asyncio.Task[Any]) -> None:
         log.warning("HA: task %s took %d cancellations to stop", task.get_name(), rounds)
     if not task.cancelled():
         task.exception()  # retrieved: its failure was logged where it happened
+
+
+class _Link(threading.Thread):
+    """One connection to the master's HA port, driven by a thread of its own over a blocking socket: it reads the
+    master's frames, appends and fsyncs their bytes (holding the store's append lock, as its writer thread does) and
+    reports the new durable end, without the event loop. Through the loop, each shipment cost the loop's wake-up, a
+    hand-over to the store's writer thread and one back before its report could go out, and a SYNC_MASTER send
+    waits for that report."""
+
+    def __init__(self, slave: HaSlave, ha_addr: str, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(name=f"ha-slave-link-{ha_addr}", daemon=True)
+        self.slave = slave
+        self.ha_addr = ha_addr
+        self.sock = sock
+        self.loop = loop
+        self.done: asyncio.Future[None] = loop.create_future()  # settled on the loop once the thread has ended
+        self.stopping = False
+        self.session: SlaveSession | None = None
+        self._after_apply: list[Effect] = []  # what the session asked for after the last apply, beyond its report
+        self._send_error: OSError | None = None  # a report that could not be sent from _durable
+
+    def _durable(self, end: int) -> None:
+        """The store's call as soon as applied bytes are durable (before their dispatch): report them now. Must not
+        raise into the store: a failed send is kept and raised once the append is complete."""
+        effects = self.session.applied(end)  # type: ignore[union-attr]
+        self._after_apply = []
+        for effect in effects:
+            if isinstance(effect, SendReport) and self._send_error is None:
+                try:
+                    self._report(effect.offset)
+                except OSError as exc:
+                    self._send_error = exc
+            else:
+                self._after_apply.append(effect)
+
+    def _report(self, offset: int) -> None:
+        self.sock.sendall(encode_report(offset))
+        slave = self.slave
+        if slave.last_error and self.session is not None and self.session.master_max >= 0:
+            log.info("HA: replicating from master %s at offset %d", self.ha_addr, offset)
+            slave.last_error = ""
+
+    def stop(self) -> None:
+        """From the loop: end the link; a blocked read returns at once."""
+        self.stopping = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def run(self) -> None:
+        error: BaseException | None = None
+        try:
+            self._replicate()
+        except BaseException as exc:
+            error = exc
+        finally:
+            self.sock.close()
+            try:
+                self.loop.call_soon_threadsafe(self._settle, error)
+            except RuntimeError:  # the loop is closed: nobody waits
+                pass
+
+    def _settle(self, error: BaseException | None) -> None:
+        if self.done.done():
+            return
+        if error is None:
+            self.done.set_result(None)
+        else:
+            self.done.set_exception(error)
+
+    def _replicate(self) -> None:
+        slave, sock, ha_addr = self.slave, self.sock, self.ha_addr
+        store, config, clock = slave.store, slave.config, slave.clock
+        session = slave.session = self.session = SlaveSession(store.flushed_physical_offset())
+        decoder = MasterFrameDecoder()
+        segment_size = store.config.mapped_file_size_commit_log
+        silence = config.ha_housekeeping_interval / 1000
+        sock.settimeout(config.ha_send_heartbeat_interval / 1000)
+        try:
+            sock.sendall(encode_hello(config.broker_name, segment_size, replica_addr=config.broker_addr))
+            last_report = clock.monotonic()
+            while session.state is not SlaveState.CLOSED:
+                try:
+                    data: bytes | None = sock.recv(1 << 20)
+                except TimeoutError:
+                    data = None
+                if self.stopping:
+                    return
+                if data is not None:
+                    if not data:
+                        slave._note(f"HA: master {ha_addr} closed the link", logging.INFO)
+                        return
+                    try:
+                        frames = decoder.feed(data)
+                    except HaProtocolError as exc:
+                        slave._note(f"HA: master {ha_addr} sent garbage: {exc}")
+                        return
+                else:
+                    frames = []
+                    if clock.monotonic() - last_report > silence:
+                        slave._note(f"HA: master {ha_addr} silent for {silence:.0f} s; reconnecting")
+                        return
+                read: list[Effect] = []  # the effects of everything read at once, carried out in order
+                for frame in frames:
+                    if isinstance(frame, Accept):
+                        read += session.accept(frame)
+                    elif isinstance(frame, Refuse):
+                        read += session.refuse(frame)
+                    elif isinstance(frame, Data):
+                        read += session.data(frame)
+                        last_report = clock.monotonic()
+                    if session.state is SlaveState.CLOSED:
+                        break
+                if read:
+                    effects = coalesce(read, segment_size)
+                    while effects:
+                        effect = effects.pop(0)
+                        if isinstance(effect, Apply):
+                            try:
+                                store.append_replicated(effect.offset, effect.data, self._durable)
+                            except StoreError as exc:
+                                slave._note(f"HA: the master's bytes at {effect.offset} cannot be applied: {exc}")
+                                return
+                            if self._send_error is not None:
+                                raise self._send_error
+                            effects[:0] = self._after_apply  # before anything else read with the bytes
+                        elif isinstance(effect, SendReport):
+                            self._report(effect.offset)
+                        elif isinstance(effect, Fail):
+                            slave._note(f"HA: {effect.reason}", logging.ERROR)
+                            return
+                if session.state is SlaveState.REPLICATING and data is None:
+                    sock.sendall(encode_report(session.durable))  # heartbeat: still here, still at this offset
+        finally:
+            if session.state is not SlaveState.CLOSED:
+                session.close("link closed")
