@@ -1,12 +1,15 @@
 """A master's HA port: one :class:`~txmq.ha.session.MasterSession` per slave connection, fed by a reader task and
-shipped to from the loop as the log grows (a shipper task per connection takes over when its buffer is full), and the
-waits of SYNC_MASTER sends for their bytes to be durable on a slave (:mod:`txmq.ha.waits`)."""
+shipped to as the log grows: by the store's writer thread right after each append is written, by the loop when the
+writer thread cannot (the connection has bytes buffered), by a shipper task per connection when its buffer is full;
+and the waits of SYNC_MASTER sends for their bytes to be durable on a slave (:mod:`txmq.ha.waits`)."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
 import logging
+import os
+import threading
 from typing import Any
 
 from txmq.broker.config import BrokerConfig
@@ -34,7 +37,12 @@ _DIRECT_BUFFER_BYTES = 4 << 20  # the loop ships directly while a slave's connec
 
 
 class _Link:
-    __slots__ = ("peer", "replica", "session", "wake", "writer")
+    """One slave's connection. ``lock`` guards its session and every write to it: the loop writes through the
+    transport, the store's writer thread straight to a duplicate of the socket (``fd``), and only while the
+    transport has nothing buffered, so their bytes never interleave. What the writer thread could not write waits
+    in ``pending`` for the loop, which writes it before anything else."""
+
+    __slots__ = ("closed", "fd", "lock", "peer", "pending", "replica", "session", "wake", "writer")
 
     def __init__(self, session: MasterSession, writer: asyncio.StreamWriter, peer: str) -> None:
         self.session = session
@@ -42,6 +50,42 @@ class _Link:
         self.peer = peer
         self.replica = ""  # the slave's broker address, from its greeting
         self.wake = asyncio.Event()  # ship now: the direct path could not, or the slave acknowledged more
+        self.lock = threading.Lock()
+        self.fd = -1  # the writer thread's duplicate of the socket, once the slave streams
+        self.pending = b""
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        """From the loop."""
+        with self.lock:
+            self.write_locked(data)
+
+    def write_locked(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.pending:
+            self.writer.write(self.pending)
+            self.pending = b""
+        if data:
+            self.writer.write(data)
+
+    def open_direct(self) -> None:
+        """From the loop, once the slave streams: let the writer thread write to the socket too. A duplicate, so
+        that the transport closing its descriptor (a reset) can never leave the writer thread writing to a reused
+        number."""
+        with self.lock:
+            sock = self.writer.get_extra_info("socket")
+            if self.fd < 0 and not self.closed and sock is not None:
+                self.fd = os.dup(sock.fileno())  # shares the transport's O_NONBLOCK: a write never blocks
+
+    def close(self) -> None:
+        """From the loop."""
+        with self.lock:
+            self.closed = True
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+        self.writer.close()
 
 
 class HaMaster:
@@ -54,6 +98,7 @@ class HaMaster:
         self.port = 0
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
+        self._link_list: tuple[_Link, ...] = ()  # the same, for the writer thread (replaced whole, never changed)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._acked = -1  # the highest offset any slave has durably
         self._waits = ReplicaWaits()  # the SYNC_MASTER sends waiting for a slave
@@ -89,47 +134,80 @@ class HaMaster:
         self.port = self._server.sockets[0].getsockname()[1]
         # Ship each append as soon as it is written, not after the master's fsync: the slave writes and fsyncs
         # while the master does (RocketMQ ships from the written position too); a send is still answered only
-        # once both have it durably. The loop ships it itself (_ship_now), without waking the shipper task.
+        # once both have it durably. The writer thread ships it itself, before its fsync (no wake-up of the loop);
+        # when it cannot, the loop does (_ship_now), without waking the shipper task.
         loop = asyncio.get_running_loop()
 
-        def written(_end: int) -> None:
-            if self._links:
-                loop.call_soon_threadsafe(self._ship_now)
+        def written(_end: int) -> None:  # on the writer thread, holding the append lock: must not raise
+            links = self._link_list
+            if not links:
+                return
+            try:
+                shipped = all([self._ship_direct(link, True) for link in links])
+            except Exception:
+                log.exception("HA: shipping from the writer thread failed; the loop ships instead")
+                shipped = False
+            if not shipped:
+                try:
+                    loop.call_soon_threadsafe(self._ship_now)
+                except RuntimeError:  # the loop is closed
+                    pass
 
         self.store.on_written(written)
 
     def _ship_now(self) -> None:
-        """The log grew: ship it to every streaming slave from here. A link the direct path cannot serve (its
-        connection's buffer is full, a read failed) wakes its shipper task, which waits for the buffer to drain."""
+        """On the loop: ship to every streaming slave what the writer thread could not. A link this cannot serve
+        either (its connection's buffer is full, a read failed) wakes its shipper task, which waits for the buffer
+        to drain."""
         for link in self._links:
-            if not self._ship_direct(link):
+            if not self._ship_direct(link, False):
                 link.wake.set()
 
-    def _ship_direct(self, link: _Link) -> bool:
-        """Ship what ``link``'s session asks for, up to the written end, while the connection's buffer has room.
-        True when everything written is shipped (or the session is not streaming yet: its task starts it)."""
+    def _ship_direct(self, link: _Link, from_writer: bool) -> bool:
+        """Ship what ``link``'s session asks for, up to the written end: from the writer thread straight to the
+        socket while the transport has nothing buffered, from the loop while its buffer has room. True when
+        everything written is shipped (or the session is not streaming yet: its task starts it)."""
         session = link.session
-        if not session.in_sync:
-            return True
-        writer = link.writer
-        if writer.transport.is_closing():
-            return False
-        store = self.store
-        written = store.written_physical_offset()
-        while writer.transport.get_write_buffer_size() < _DIRECT_BUFFER_BYTES:
-            chunk = session.next_chunk(written)
-            if chunk is None:
+        with link.lock:
+            if link.closed or not session.in_sync:
                 return True
-            start, end = chunk
-            try:
-                data = store.read_replica_chunk(start, end)
-            except StoreError:
-                return False  # the task reads it again, and drops the link with the reason
-            if not data:
+            transport = link.writer.transport
+            if from_writer:
+                if link.fd < 0 or link.pending or transport.get_write_buffer_size():
+                    return False
+            elif transport.is_closing():
                 return False
-            session.shipped(start, start + len(data))
-            writer.write(encode_data_header(start, len(data)) + data)  # one segment: the slave reads it at once
-        return False
+            else:
+                link.write_locked(b"")  # what the writer thread left
+            store = self.store
+            written = store.written_physical_offset()
+            while from_writer or transport.get_write_buffer_size() < _DIRECT_BUFFER_BYTES:
+                chunk = session.next_chunk(written)
+                if chunk is None:
+                    return True
+                start, end = chunk
+                try:
+                    data = store.read_replica_chunk(start, end)
+                except StoreError:
+                    return False  # the task reads it again, and drops the link with the reason
+                if not data:
+                    return False
+                frame = encode_data_header(start, len(data)) + data  # one segment: the slave reads it at once
+                if not from_writer:
+                    session.shipped(start, start + len(data))
+                    transport.write(frame)
+                    continue
+                try:
+                    n = os.write(link.fd, frame)
+                except BlockingIOError:
+                    n = 0
+                except OSError:
+                    return False  # the loop's write meets the same error, and the link ends
+                session.shipped(start, start + len(data))
+                if n < len(frame):
+                    link.pending = frame[n:]
+                    return False
+            return False
 
     @property
     def ha_addr(self) -> str:
@@ -140,7 +218,7 @@ class HaMaster:
         if self._server is not None:
             self._server.close()
         for link in list(self._links):
-            link.writer.close()
+            link.close()
         for task in list(self._tasks):
             task.cancel()
         self._disarm()
@@ -316,6 +394,7 @@ class HaMaster:
         )
         link = _Link(session, writer, peer)
         self._links.add(link)
+        self._link_list = tuple(self._links)
         shipper: asyncio.Task[Any] | None = None
         decoder = SlaveFrameDecoder()
         silence = config.ha_housekeeping_interval / 1000
@@ -338,74 +417,94 @@ class HaMaster:
                     store = self.store
                     # Written, not only fsynced: a slave may have durably what this master has not fsynced yet.
                     lo, hi = store.min_physical_offset(), store.written_physical_offset()
-                    if isinstance(frame, Hello):
-                        effects = session.hello(frame, min_offset=lo, max_offset=hi)
-                    elif isinstance(frame, Report):
-                        effects = session.report(frame, min_offset=lo, max_offset=hi)
-                    else:  # pragma: no cover - the decoder yields only these
-                        continue
+                    with link.lock:  # the writer thread reads the session's shipping state
+                        if isinstance(frame, Hello):
+                            effects = session.hello(frame, min_offset=lo, max_offset=hi)
+                        elif isinstance(frame, Report):
+                            effects = session.report(frame, min_offset=lo, max_offset=hi)
+                        else:  # pragma: no cover - the decoder yields only these
+                            continue
                     for effect in effects:
                         if isinstance(effect, SendAccept):
-                            writer.write(encode_accept(effect.min_offset, effect.max_offset))
+                            link.write(encode_accept(effect.min_offset, effect.max_offset))
                             if isinstance(frame, Hello):
                                 link.replica = frame.replica_addr
                             log.info("HA: slave %s of %s greeted", peer, frame.broker_name)
                         elif isinstance(effect, SendRefuse):
-                            writer.write(encode_refuse(effect.reason))
+                            link.write(encode_refuse(effect.reason))
                         elif isinstance(effect, Acked):
                             self._on_acked(effect.offset)
                             if shipper is None:
                                 log.info("HA: slave %s replicating from offset %d", peer, effect.offset)
+                                link.open_direct()
                                 shipper = self._spawn(self._ship(link), f"ha-ship-{peer}")
                             link.wake.set()
                         elif isinstance(effect, Fail):
                             self.refused += 1
                             log.warning("HA: refused %s: %s", peer, effect.reason)
-                            await self._close_writer(writer)
+                            await self._close_link(link)
                             return
         except (ConnectionError, OSError) as exc:
             log.info("HA: slave %s connection lost: %s", peer, exc)
         finally:
-            if session.state.value != "closed":
-                session.close("connection closed")
+            with link.lock:
+                if session.state.value != "closed":
+                    session.close("connection closed")
             self._links.discard(link)
+            self._link_list = tuple(self._links)
             if shipper is not None:
                 shipper.cancel()
-            writer.close()
+            link.close()
             log.info("HA: slave %s gone (%s)", peer, session.close_reason)
 
     def _refuse_garbage(self, link: _Link, why: str) -> None:
         self.refused += 1
         log.warning("HA: refused %s: %s", link.peer, why)
-        link.session.close(why)
+        with link.lock:
+            link.session.close(why)
         try:
-            link.writer.write(encode_refuse(why))
+            link.write(encode_refuse(why))
         except (ConnectionError, RuntimeError):
             pass
-        link.writer.close()
+        link.close()
 
     def _drop(self, link: _Link, why: str) -> None:
         log.warning("HA: dropping slave %s: %s", link.peer, why)
-        link.session.close(why)
-        link.writer.close()
+        with link.lock:
+            link.session.close(why)
+        link.close()
 
     @staticmethod
-    async def _close_writer(writer: asyncio.StreamWriter) -> None:
+    async def _close_link(link: _Link) -> None:
         try:
-            await asyncio.wait_for(writer.drain(), 1.0)
+            await asyncio.wait_for(link.writer.drain(), 1.0)
         except (TimeoutError, ConnectionError):
             pass
-        writer.close()
+        link.close()
 
     async def _ship(self, link: _Link) -> None:
-        """Ship what the session asks for, as the log grows; a heartbeat frame when idle."""
+        """Ship what the session asks for, as the log grows, waiting for the connection's buffer to drain; a
+        heartbeat frame when idle."""
         session, writer, store = link.session, link.writer, self.store
         heartbeat = self.config.ha_send_heartbeat_interval / 1000
         idle_since = self.clock.monotonic()
+        failure = ""
         try:
             while session.in_sync:
                 link.wake.clear()  # before looking: a wake-up from now on is not lost
-                chunk = session.next_chunk(store.written_physical_offset())
+                with link.lock:
+                    link.write_locked(b"")  # what the writer thread left
+                    chunk = session.next_chunk(store.written_physical_offset())
+                    if chunk is not None:
+                        start, end = chunk
+                        try:
+                            data = store.read_replica_chunk(start, end)
+                        except StoreError as exc:
+                            log.error("HA: cannot read the commit log at %d for %s: %s", start, link.peer, exc)
+                            failure, data = str(exc), None
+                        if data:
+                            session.shipped(start, start + len(data))
+                            link.write_locked(encode_data_header(start, len(data)) + data)
                 if chunk is None:
                     try:
                         async with asyncio.timeout(_SHIP_POLL_SECONDS):
@@ -413,21 +512,16 @@ class HaMaster:
                     except TimeoutError:
                         pass
                     if self.clock.monotonic() - idle_since >= heartbeat:
-                        writer.write(encode_data_header(session.shipped_to, 0))
+                        with link.lock:
+                            link.write_locked(encode_data_header(session.shipped_to, 0))
                         idle_since = self.clock.monotonic()
                     continue
-                start, end = chunk
-                try:
-                    data = store.read_replica_chunk(start, end)
-                except StoreError as exc:
-                    log.error("HA: cannot read the commit log at %d for %s: %s", start, link.peer, exc)
-                    self._drop(link, str(exc))
+                if data is None:
+                    self._drop(link, failure)
                     return
                 if not data:
                     await asyncio.sleep(_SHIP_POLL_SECONDS)
                     continue
-                session.shipped(start, start + len(data))
-                writer.write(encode_data_header(start, len(data)) + data)
                 await writer.drain()
                 idle_since = self.clock.monotonic()
         except (ConnectionError, OSError) as exc:
