@@ -34,6 +34,7 @@ HOT_MODULES = [
     "txmq/protocol/record/txcolumns.py",
     "txmq/store/entry.py",
     "txmq/store/dispatch.py",
+    "txmq/store/key_entries.py",
     "txmq/store/writer.py",
     "txmq/broker/stored.py",
     "txmq/broker/refusal.py",

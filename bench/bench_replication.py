@@ -117,12 +117,14 @@ async def run(clusters: dict[str, Any], inflights: list[int], seconds: float, ro
 
                 def marks(at: str, pids: list[int] = pids, cpu: dict[str, list[float]] = cpu) -> None:
                     cpu[at] = [cpu_seconds(pid) for pid in pids]
+                    cpu[at + "-client"] = [cpu_seconds(os.getpid())]  # this process: the client's side
 
                 phase = await send_phase(clusters[kind].namesrv_addr, "BenchRepl", inflight, seconds, marks)
                 # Broker CPU per message: the first process's (the master's) and all of them (with the slave's).
                 used = [b - a for a, b in zip(cpu["start"], cpu["end"], strict=True)]
                 phase["cpu_us"] = used[0] / phase["msgs"] * 1e6
                 phase["cpu_all_us"] = sum(used) / phase["msgs"] * 1e6
+                phase["cpu_client_us"] = (cpu["end-client"][0] - cpu["start-client"][0]) / phase["msgs"] * 1e6
                 results.setdefault((kind, inflight), []).append(phase)
     return results
 
@@ -154,9 +156,9 @@ def main() -> None:
     print(f"{args.rounds} rounds of {args.seconds} s per setup and in-flight count; the slave {where}")
     print(
         "| in flight | setup | msg/s (median) | p50 ms | p99 ms | median ratio of the rounds "
-        "| broker CPU per msg, us (master; with the slave) |"
+        "| broker CPU per msg, us (master; with the slave) | client CPU per msg, us |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for inflight in inflights:
         singles = results["single", inflight]
         for kind in KINDS:
@@ -167,8 +169,9 @@ def main() -> None:
             ratio = statistics.median(r["rate"] / b["rate"] for r, b in zip(runs, singles, strict=True))
             cpu = statistics.median(r["cpu_us"] for r in runs)
             cpu_all = statistics.median(r["cpu_all_us"] for r in runs)
+            cpu_client = statistics.median(r["cpu_client_us"] for r in runs)
             row = f"| {inflight} | {kind} | {rate:,.0f} | {p50:.2f} | {p99:.2f} | {ratio:.2f}"
-            print(f"{row} | {cpu:.0f}; {cpu_all:.0f} |")
+            print(f"{row} | {cpu:.0f}; {cpu_all:.0f} | {cpu_client:.0f} |")
 
 
 if __name__ == "__main__":

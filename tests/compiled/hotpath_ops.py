@@ -342,6 +342,43 @@ def op_topic(name: str, read: int, write: int, perm: int) -> tuple[Any, ...]:
     )
 
 
+def op_key_entries(
+    records: list[tuple[str, int, int, int, int, str | None, str | None]], progress: int, slot_count: int
+) -> tuple[Any, ...]:
+    """The key index's entries of ``records`` (topic, physical offset, size, store time, sys flag, KEYS, UNIQ_KEY)
+    past ``progress``, sorted, and the arrays they are written into."""
+    from array import array
+
+    from txmq.store.dispatch import DispatchRequest
+    from txmq.store.key_entries import key_entries, write_entries
+
+    dispatches = [
+        DispatchRequest(t, 0, 0, phys, size, 0, ts, flag, keys, uniq) for t, phys, size, ts, flag, keys, uniq in records
+    ]
+    entries: list[tuple[int, int, int]] = []
+    end = key_entries(dispatches, progress, entries)
+    entries.sort()  # a record's names are a set: their order is the process's string hashing
+    n = len(entries) + 1
+    arrays = (
+        array("I", [0] * slot_count),
+        array("Q", [0] * n),
+        array("q", [0] * n),
+        array("q", [0] * n),
+        array("I", [0] * n),
+    )
+    count, low, high = write_entries(
+        tuple(memoryview(a) for a in arrays),  # type: ignore[arg-type]
+        slot_count,
+        entries,
+        0,
+        len(entries),
+        0,
+        entries[0][2] if entries else 0,
+        entries[0][2] if entries else 0,
+    )
+    return end, entries, [a.tolist() for a in arrays], count, low, high
+
+
 OPS: dict[str, Callable[..., Any]] = {
     name.removeprefix("op_"): fn for name, fn in list(globals().items()) if name.startswith("op_")
 }

@@ -440,3 +440,25 @@ def test_any_plain_send_from_a_template_is_the_same_frame(
     interpreted: Any, head: Any, message: Any, compress: Any, oneway: bool
 ) -> None:
     same(interpreted, "send_template", head, message, compress, oneway)
+
+
+KEY_RECORDS = st.lists(
+    st.tuples(
+        st.sampled_from(["T", "Orders", "主题"]),
+        st.integers(0, 1 << 40),
+        st.integers(1, 5000),
+        st.integers(0, 1 << 42),
+        st.sampled_from([0, 4, 8, 12]),  # 12: a rollback record, never indexed
+        st.one_of(st.none(), st.text(alphabet=" ab键1", max_size=12)),
+        st.one_of(st.none(), st.text(alphabet="0123456789ABCDEF", max_size=32)),
+    ),
+    max_size=20,
+)
+
+
+@given(KEY_RECORDS, st.integers(0, 1 << 40), st.integers(1, 64))
+@SETTINGS
+def test_any_records_give_the_same_key_index_entries(
+    interpreted: Any, records: list[Any], progress: int, slots: int
+) -> None:
+    same(interpreted, "key_entries", records, progress, slots)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from txmq.errors import CorruptStoreError, DiskFullError, StoreClosedError, StoreError
 from txmq.store.dispatch import DispatchRequest
+from txmq.store.key_entries import key_entries, key_hash, write_entries
 
 log = logging.getLogger("txmq.store")
 
@@ -49,12 +50,6 @@ _KEEP_OPEN = 4  # newest segments kept mapped; older ones are mapped only while 
 
 if sys.byteorder != "little":  # pragma: no cover - the arrays are accessed through native memoryview casts
     raise ImportError("txmq.store.key_index needs a little-endian host")
-
-
-def key_hash(key: str) -> int:
-    """64-bit hash of ``topic#key``: crc32 in the high half (it also picks the slot), adler32 in the low half."""
-    raw = key.encode()
-    return (zlib.crc32(raw) << 32) | zlib.adler32(raw)
 
 
 def _fdatasync(fd: int) -> None:
@@ -195,33 +190,12 @@ class _Segment:
         if stop <= start:
             return start
         self.reserve(self.count + stop - start + 1)
-        hashes, phys_at, times, prev, slots, n_slots = (
-            self.hashes,
-            self.phys,
-            self.times,
-            self.prev,
-            self.slots,
-            self.slot_count,
-        )
-        i = self.count
         if self.first_phys < 0:
             self.first_phys, self.min_ts, self.max_ts = entries[start][1], entries[start][2], entries[start][2]
-        low, high = self.min_ts, self.max_ts
-        for k in range(start, stop):
-            h, phys, ts = entries[k]
-            i += 1
-            hashes[i] = h
-            phys_at[i] = phys
-            times[i] = ts
-            slot = (h >> 32) % n_slots
-            prev[i] = slots[slot]
-            slots[slot] = i
-            if ts > high:
-                high = ts
-            elif ts < low:
-                low = ts
-        self.count = i
-        self.min_ts, self.max_ts = low, high
+        arrays = (self.slots, self.hashes, self.phys, self.times, self.prev)
+        self.count, self.min_ts, self.max_ts = write_entries(
+            arrays, self.slot_count, entries, start, stop, self.count, self.min_ts, self.max_ts
+        )
         self.last_phys = entries[stop - 1][1]
         return stop
 
@@ -421,28 +395,9 @@ class KeyIndex:
     def put(self, dispatches: Iterable[DispatchRequest]) -> None:
         """Index the keys of ``dispatches`` (single writer thread). Records already indexed are skipped."""
         self._check_open()
-        crc32, adler32 = zlib.crc32, zlib.adler32
         entries: list[tuple[int, int, int]] = []
         with self._lock:
-            progress = self._progress
-            for d in dispatches:
-                end = d.physical_offset + d.size
-                if end <= progress:
-                    continue  # recovery replay of a record already below the durable point
-                progress = end
-                uniq, keys = d.uniq_key, d.keys
-                if not (uniq or keys) or not d.indexed:
-                    continue
-                prefix = d.topic + "#"
-                if keys:
-                    names = {prefix + k for k in keys.split(" ") if k}
-                    if uniq:
-                        names.add(prefix + uniq)
-                else:
-                    names = (prefix + uniq,)  # type: ignore[operator]
-                for name in names:
-                    raw = name.encode()
-                    entries.append(((crc32(raw) << 32) | adler32(raw), d.physical_offset, d.store_timestamp))
+            progress = key_entries(dispatches, self._progress, entries)
             done = 0
             while done < len(entries):
                 seg = self._active

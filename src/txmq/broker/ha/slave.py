@@ -289,7 +289,7 @@ class _Link(threading.Thread):
     def _settle(self, error: BaseException | None) -> None:
         if self.done.done():
             return
-        if error is None:
+        if error is None or self.stopping:  # stopped on purpose: a failed last report is nobody's concern
             self.done.set_result(None)
         else:
             self.done.set_exception(error)
