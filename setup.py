@@ -35,6 +35,7 @@ HOT_MODULES = [
     "txmq/store/entry.py",
     "txmq/store/dispatch.py",
     "txmq/store/key_entries.py",
+    "txmq/store/cq_plan.py",
     "txmq/store/writer.py",
     "txmq/broker/stored.py",
     "txmq/broker/refusal.py",

@@ -379,6 +379,26 @@ def op_key_entries(
     return end, entries, [a.tolist() for a in arrays], count, low, high
 
 
+def op_plan_puts(records: list[tuple[str, int, int, int, int, int, int]], maxes: dict[str, int]) -> tuple[Any, ...]:
+    """The consume queues' plan of ``records`` (topic, queue id, queue offset, physical offset, size, tags code, sys
+    flag), each queue starting at ``maxes[topic]``: the entries per queue, the unusual ones, the batch's end."""
+    from types import SimpleNamespace
+
+    from txmq.store.cq_plan import Plan, plan_puts
+    from txmq.store.dispatch import DispatchRequest
+
+    dispatches = [DispatchRequest(t, q, qo, phys, size, tags, 0, flag) for t, q, qo, phys, size, tags, flag in records]
+    plans: dict[tuple[str, int], Plan] = {}
+    unusual: list[tuple[Any, ...]] = []
+
+    def on_unusual(plan: Plan, offset: int, raw: bytes, next_offset: int) -> None:
+        unusual.append((plan.queue.key, offset, raw, next_offset))
+
+    end = plan_puts(dispatches, plans, lambda key: SimpleNamespace(key=key, max=maxes.get(key[0], 0)), on_unusual)
+    planned = sorted((key, p.base, p.entries, p.truncate, p.reset) for key, p in plans.items())
+    return end, planned, unusual
+
+
 OPS: dict[str, Callable[..., Any]] = {
     name.removeprefix("op_"): fn for name, fn in list(globals().items()) if name.startswith("op_")
 }

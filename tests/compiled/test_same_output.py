@@ -462,3 +462,25 @@ def test_any_records_give_the_same_key_index_entries(
     interpreted: Any, records: list[Any], progress: int, slots: int
 ) -> None:
     same(interpreted, "key_entries", records, progress, slots)
+
+
+CQ_RECORDS = st.lists(
+    st.tuples(
+        st.sampled_from(["T", "Orders"]),
+        st.integers(0, 3),
+        st.integers(0, 6),  # queue offsets: in sequence, repeated or with gaps
+        st.integers(0, 1 << 40),
+        st.integers(1, 5000),
+        st.integers(-(1 << 40), 1 << 40),
+        st.sampled_from([0, 4, 8, 12]),  # prepared (4) and rollback (12) records have no entry
+    ),
+    max_size=24,
+)
+
+
+@given(CQ_RECORDS, st.dictionaries(st.sampled_from(["T", "Orders"]), st.integers(0, 3)))
+@SETTINGS
+def test_any_records_plan_the_same_consume_queue_entries(
+    interpreted: Any, records: list[Any], maxes: dict[str, int]
+) -> None:
+    same(interpreted, "plan_puts", records, maxes)

@@ -17,13 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from txmq.errors import CorruptStoreError, DiskFullError, StoreClosedError, StoreError
+from txmq.store.cq_plan import ENTRY, Plan, plan_puts
 from txmq.store.dispatch import DispatchRequest
 
 log = logging.getLogger("txmq.store")
 
 ENTRY_SIZE = 20
 DEFAULT_ENTRIES_PER_FILE = 300_000
-_ENTRY = struct.Struct(">qiq")
 _ZERO_ENTRY = bytes(ENTRY_SIZE)
 # Appended entries wait in memory until this many bytes, a read that reaches them, or the next flush: one pwrite per
 # few hundred entries instead of one per group (a single synchronous appender makes a group per record).
@@ -147,7 +147,7 @@ class _Queue:
         return plan
 
     def entry(self, offset: int) -> Entry:
-        return _ENTRY.unpack(self.read_raw(offset, 1))
+        return ENTRY.unpack(self.read_raw(offset, 1))
 
     def bisect_phys(self, phys: int, lo: int, hi: int) -> int:
         """First offset in [lo, hi) whose commit-log offset is >= phys (entries grow with the commit log)."""
@@ -248,19 +248,6 @@ class _Queue:
             if f.fd is not None:
                 os.close(f.fd)
                 f.fd = None
-
-
-class _Plan:
-    """What one put() call does to one queue, worked out before any byte is written."""
-
-    __slots__ = ("base", "entries", "queue", "reset", "truncate")
-
-    def __init__(self, queue: _Queue) -> None:
-        self.queue = queue
-        self.base = queue.max  # offset of entries[0]
-        self.entries: list[bytes] = []
-        self.truncate = False  # truncate the queue to base before writing
-        self.reset = False  # empty queue restarting at base
 
 
 class ConsumeQueueStore:
@@ -409,34 +396,15 @@ class ConsumeQueueStore:
         which then simply starts at that offset.
         """
         self._check_open()
-        plans: dict[tuple[str, int], _Plan] = {}
-        batch_end = 0
-        pack = _ENTRY.pack
-        for d in dispatches:
-            end = d.physical_offset + d.size
-            if end > batch_end:
-                batch_end = end
-            if not d.has_consume_queue:
-                continue
-            key = (d.topic, d.queue_id)
-            plan = plans.get(key)
-            if plan is None:
-                plan = plans[key] = _Plan(self._queue_for_write(key))
-            raw = pack(d.physical_offset, d.size, d.tags_code)
-            offset = d.queue_offset
-            next_offset = plan.base + len(plan.entries)
-            if offset == next_offset:
-                plan.entries.append(raw)
-            else:
-                self._plan_unusual(plan, offset, raw, next_offset)
-
+        plans: dict[tuple[str, int], Plan] = {}
+        batch_end = plan_puts(dispatches, plans, self._queue_for_write, self._plan_unusual)
         for plan in plans.values():
             if plan.entries or plan.truncate or plan.reset:
                 self._apply(plan)
         if batch_end > self._progress:
             self._progress = batch_end
 
-    def _plan_unusual(self, plan: _Plan, offset: int, raw: bytes, next_offset: int) -> None:
+    def _plan_unusual(self, plan: Plan, offset: int, raw: bytes, next_offset: int) -> None:
         q = plan.queue
         if offset > next_offset:
             empty = q.min == q.max and not plan.entries and not plan.truncate
@@ -464,8 +432,8 @@ class ConsumeQueueStore:
             "consume queue %s: entry %d differs from the commit log (%s != %s); cutting the queue there",
             q.key,
             offset,
-            _ENTRY.unpack(current),
-            _ENTRY.unpack(raw),
+            ENTRY.unpack(current),
+            ENTRY.unpack(raw),
         )
         if offset >= plan.base:
             del plan.entries[offset - plan.base :]
@@ -482,7 +450,7 @@ class ConsumeQueueStore:
                 self._queues[key] = q
         return q
 
-    def _apply(self, plan: _Plan) -> None:
+    def _apply(self, plan: Plan) -> None:
         q = plan.queue
         try:
             with q.lock:
@@ -626,7 +594,7 @@ class ConsumeQueueStore:
             for _, fd, _, _ in plan[done:]:
                 if fd is not None:
                     os.close(fd)
-        return list(_ENTRY.iter_unpack(b"".join(parts) + from_memory))
+        return list(ENTRY.iter_unpack(b"".join(parts) + from_memory))
 
     def earliest_entry(self, topic: str, queue_id: int) -> Entry | None:
         """The entry at the min offset, or None for an empty or unknown queue."""
