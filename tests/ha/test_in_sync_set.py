@@ -5,18 +5,14 @@ fencing."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from txmq.broker.config import BrokerConfig
 from txmq.broker.ha import HaMaster, ReplicaWait
 from txmq.clock import SYSTEM_CLOCK
 from txmq.ha.wire import Accept, Data, MasterFrameDecoder, encode_hello, encode_report
 from txmq.protocol.record import MessageRecord
-from txmq.store.config import StoreConfig
-from txmq.store.message_store import MessageStore
 
 SEGMENT = 1 << 20
 SLAVE = "127.0.0.1:20911"
@@ -36,18 +32,10 @@ def _record(i: int) -> MessageRecord:
 
 
 @pytest.fixture
-async def master(tmp_path: Path) -> AsyncIterator[HaMaster]:
-    store = MessageStore(StoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=SEGMENT))
-    await store.start()
-    config = BrokerConfig(broker_name="b", ha_listen_port=0, broker_ip1="127.0.0.1")
-    ha = HaMaster(config=config, clock=SYSTEM_CLOCK, store=store)
+async def master(make_master: Callable[[int], Awaitable[HaMaster]]) -> HaMaster:
+    ha = await make_master(SEGMENT)
     ha.required = frozenset()  # controller mode, in-sync set of the master alone
-    await ha.start("127.0.0.1")
-    try:
-        yield ha
-    finally:
-        await ha.close()
-        await store.close()
+    return ha
 
 
 async def _put(ha: HaMaster, i: int) -> int:

@@ -6,34 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from txmq.broker.config import BrokerConfig
 from txmq.broker.ha import HaMaster
-from txmq.clock import SYSTEM_CLOCK
 from txmq.ha.wire import Accept, Data, MasterFrameDecoder, encode_hello, encode_report
 from txmq.protocol.record import MessageRecord
-from txmq.store.config import StoreConfig
-from txmq.store.message_store import MessageStore
 
 SEGMENT = 4 << 20
 
 
 @pytest.fixture
-async def master(tmp_path: Path) -> AsyncIterator[HaMaster]:
-    store = MessageStore(StoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=SEGMENT))
-    await store.start()
-    config = BrokerConfig(broker_name="b", ha_listen_port=0, broker_ip1="127.0.0.1")
-    ha = HaMaster(config=config, clock=SYSTEM_CLOCK, store=store)
-    await ha.start("127.0.0.1")
-    try:
-        yield ha
-    finally:
-        await ha.close()
-        await store.close()
+async def master(make_master: Callable[[int], Awaitable[HaMaster]]) -> HaMaster:
+    ha = await make_master(SEGMENT)
+    return ha
 
 
 def _records(start: int, n: int) -> list[MessageRecord]:

@@ -33,13 +33,22 @@ def fill(master: MessageStore, n: int) -> None:
         assert master.put_sync(record).ok
 
 
-def test_a_replica_is_byte_for_byte_and_serves_the_same_queues(
-    make_store: Callable[..., MessageStore], tmp_path: Path
-) -> None:
+def master_and_replica(
+    make_store: Callable[..., MessageStore], tmp_path: Path, records: int
+) -> tuple[MessageStore, MessageStore]:
+    """A master store holding ``records`` records (see fill) and an empty replica store."""
     master = make_store(tmp_path / "master")
     slave = make_store(tmp_path / "slave")
     slave.replica = True
-    fill(master, 400)  # several 64 KiB segments: blanks at segment ends are shipped too
+    fill(master, records)
+    return master, slave
+
+
+def test_a_replica_is_byte_for_byte_and_serves_the_same_queues(
+    make_store: Callable[..., MessageStore], tmp_path: Path
+) -> None:
+    # Several 64 KiB segments: blanks at segment ends are shipped too.
+    master, slave = master_and_replica(make_store, tmp_path, 400)
     end = ship_all(master, slave)
     assert end == master.max_physical_offset() > 3 * SEGMENT
     for start in range(0, end, SEGMENT):
@@ -56,10 +65,7 @@ def test_a_replica_is_byte_for_byte_and_serves_the_same_queues(
 def test_a_replica_refuses_its_own_puts_and_bad_bytes_and_keeps_its_log(
     make_store: Callable[..., MessageStore], tmp_path: Path
 ) -> None:
-    master = make_store(tmp_path / "master")
-    slave = make_store(tmp_path / "slave")
-    slave.replica = True
-    fill(master, 20)
+    master, slave = master_and_replica(make_store, tmp_path, 20)
     assert slave.put_sync(make_record()).status is PutStatus.SERVICE_NOT_AVAILABLE
     data = master.read_replica_chunk(0, 100_000)
     # Not at the slave's end.
@@ -77,10 +83,7 @@ def test_a_replica_refuses_its_own_puts_and_bad_bytes_and_keeps_its_log(
 
 
 def test_a_replica_reopens_and_continues(make_store: Callable[..., MessageStore], tmp_path: Path) -> None:
-    master = make_store(tmp_path / "master")
-    slave = make_store(tmp_path / "slave")
-    slave.replica = True
-    fill(master, 100)
+    master, slave = master_and_replica(make_store, tmp_path, 100)
     ship_all(master, slave)
     slave.shutdown()
     again = make_store(tmp_path / "slave")
@@ -95,10 +98,7 @@ def test_a_replica_reopens_and_continues(make_store: Callable[..., MessageStore]
 def test_the_durable_callback_comes_once_with_the_end_and_a_closing_replica_refuses(
     make_store: Callable[..., MessageStore], tmp_path: Path
 ) -> None:
-    master = make_store(tmp_path / "master")
-    slave = make_store(tmp_path / "slave")
-    slave.replica = True
-    fill(master, 30)
+    master, slave = master_and_replica(make_store, tmp_path, 30)
     data = master.read_replica_chunk(0, 100_000)
     seen: list[int] = []
     end = slave.append_replicated(0, data, seen.append)  # on this thread, once the bytes are durable
