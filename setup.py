@@ -43,6 +43,7 @@ HOT_MODULES = [
     "txmq/broker/rpc_latency.py",
     "txmq/protocol/topics.py",
     "txmq/broker/topics.py",
+    "txmq/net/pending.py",
     "txmq/net/connection.py",
     "txmq/net/dispatcher.py",
     "txmq/protocol/op_marker.py",

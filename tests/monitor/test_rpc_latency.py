@@ -1,11 +1,13 @@
 """RpcLatency's wrapper records each request once, whichever way its handler answers: a response at once, a future
-(recorded as long polling, when it is done), a coroutine (when awaited), or nothing (a oneway request)."""
+(recorded as long polling, when it is done), a Pending (a send: when settled, not long polling), a coroutine (when
+awaited), or nothing (a oneway request)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from txmq.broker.rpc_latency import RPC_BUCKETS_MS, RpcLatency
+from txmq.net.pending import Pending
 from txmq.protocol.frame import RemotingCommand
 
 CODE = 310
@@ -52,5 +54,15 @@ def test_each_kind_of_answer_is_recorded_once() -> None:
         failed.exception()
         assert counts(rpc)[(CODE, -1, True, False)] == 1
         assert all(row[-1] >= 0.0 for row in rpc.table.values())
+
+        stored = Pending()
+        assert rpc.timed(CODE, lambda _conn, _c: stored)(None, cmd) is stored
+        assert (CODE, 0, False, False) in counts(rpc) and counts(rpc)[(CODE, 0, False, False)] == 1
+        stored.resolve(cmd.response(0))  # recorded at once, no loop turn
+        assert counts(rpc)[(CODE, 0, False, False)] == 2
+        lost = Pending()
+        rpc.timed(CODE, lambda _conn, _c: lost)(None, cmd)
+        lost.fail(RuntimeError("lost"))
+        assert counts(rpc)[(CODE, -1, False, False)] == 1
 
     asyncio.run(main())

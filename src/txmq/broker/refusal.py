@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from txmq.net.pending import Pending
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import HeaderError
@@ -30,8 +31,8 @@ class BrokerRefusal(Exception):
 
 def answering_refusals(handler: Handler) -> Handler:
     """``handler`` with a :class:`BrokerRefusal` answered as its response, whether raised at once or by the
-    coroutine it returns. A returned future (the send path's callback chain, no task per message) passes through
-    untouched: a handler refuses before it returns one."""
+    coroutine it returns. A returned future or :class:`~txmq.net.pending.Pending` (the send path's answer to come,
+    no task per message) passes through untouched: a handler refuses before it returns one."""
 
     def call(conn: Any, cmd: RemotingCommand) -> Any:
         try:
@@ -40,7 +41,7 @@ def answering_refusals(handler: Handler) -> Handler:
             return refusal.response(cmd)
         except HeaderError as exc:
             return _bad_header(cmd, exc)
-        if result is None or isinstance(result, RemotingCommand | asyncio.Future):
+        if result is None or type(result) is Pending or isinstance(result, RemotingCommand | asyncio.Future):
             return result
         return _awaiting(cmd, result)
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from txmq.net.pending import Pending
 from txmq.protocol.frame import RemotingCommand
 
 # RocketMQ's rpc latency buckets, in milliseconds (RemotingMetricsManager).
@@ -60,6 +61,9 @@ class Timed:
         if result is None or isinstance(result, RemotingCommand):
             self.rpc.record(self.code, cmd, result, t0, False)
             return result
+        if type(result) is Pending:
+            result.then(WhenAnswered(self.rpc, self.code, cmd, t0))
+            return result
         if isinstance(result, asyncio.Future):
             result.add_done_callback(WhenDone(self.rpc, self.code, cmd, t0))
             return result
@@ -86,3 +90,17 @@ class WhenDone:
     def __call__(self, fut: asyncio.Future[Any]) -> None:
         response = None if fut.cancelled() or fut.exception() is not None else fut.result()
         self.rpc.record(self.code, self.cmd, response, self.t0, True)
+
+
+class WhenAnswered:
+    """Records a request answered through a :class:`~txmq.net.pending.Pending` (a send waiting for the store or a
+    slave) once it is settled; not a long poll (RocketMQ labels only suspended pulls so)."""
+
+    def __init__(self, rpc: RpcLatency, code: int, cmd: RemotingCommand, t0: float) -> None:
+        self.rpc = rpc
+        self.code = code
+        self.cmd = cmd
+        self.t0 = t0
+
+    def __call__(self, response: Any, error: BaseException | None) -> None:
+        self.rpc.record(self.code, self.cmd, None if error is not None else response, self.t0, False)

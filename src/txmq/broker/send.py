@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import random
@@ -24,6 +23,7 @@ from txmq.broker.topics import (
     validate_topic,
 )
 from txmq.errors import ProtocolError
+from txmq.net.pending import Pending
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.headers import SendMessageRequestHeader
@@ -74,9 +74,9 @@ class SendProcessor:
         self.requester_seen = requester_seen
         self._random = random.Random()
 
-    def handle(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """Refuse at once (:class:`BrokerRefusal`); otherwise return a future of the response, without a task per
-        message."""
+    def handle(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | Pending | Awaitable[RemotingCommand]:
+        """Refuse at once (:class:`BrokerRefusal`); otherwise return the response to come (:class:`Pending`), without
+        a task or a future per message."""
         try:
             header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
         except ProtocolError as exc:
@@ -171,9 +171,7 @@ class SendProcessor:
 
     # -- single ------------------------------------------------------------------------------------------------------
 
-    def _send_one(
-        self, conn: Any, cmd: RemotingCommand, header: SendMessageRequestHeader
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    def _send_one(self, conn: Any, cmd: RemotingCommand, header: SendMessageRequestHeader) -> Pending:
         config = self.config
         cfg = self._check_topic(header)
         queue_id = self._pick_queue(header, cfg)
@@ -202,18 +200,20 @@ class SendProcessor:
             properties=props,
         )
         if props.get(Prop.TRAN_MSG, "").lower() == "true":
-            return self._prepare(cmd, header, record, response_queue_id)
+            return self._prepare(conn, cmd, header, record, response_queue_id)
         if record.sys_flag & TRANSACTION_MASK:
             # Only END_TRANSACTION may write COMMIT or ROLLBACK records (a plain int test: no enum per message).
             record.sys_flag &= ~TRANSACTION_MASK
         delay = props.get(Prop.DELAY)
         if delay and delay != "0":
             record = self.schedule.redirect(record, delay)
-        return answer_when_stored(cmd, self.store, record, response_queue_id, config, self.store_host)
+        return answer_when_stored(
+            cmd, self.store, record, response_queue_id, config, self.store_host, None, getattr(conn, "loop", None)
+        )
 
     def _prepare(
-        self, cmd: RemotingCommand, header: SendMessageRequestHeader, record: MessageRecord, queue_id: int
-    ) -> asyncio.Future[RemotingCommand]:
+        self, conn: Any, cmd: RemotingCommand, header: SendMessageRequestHeader, record: MessageRecord, queue_id: int
+    ) -> Pending:
         """A transaction's half message: stored by the transaction driver, answered like a send."""
         config = self.config
         if config.reject_transaction_message:
@@ -234,6 +234,7 @@ class SendProcessor:
             config,
             self.store_host,
             functools.partial(transactions.table.half_stored, half),  # compiled: no interpreted call per prepare
+            getattr(conn, "loop", None),
         )
 
     def _inflate(self, body: bytes) -> bytes:

@@ -1,13 +1,14 @@
-"""The answer to a put once the store has it: the response code of a put result, and the send response (a future
-resolved by the store's callback, so a send costs no task)."""
+"""The answer to a put once the store has it: the response code of a put result, and the send response (a
+:class:`~txmq.net.pending.Pending` settled by the store's callback, so a send costs no task and no future)."""
 
 from __future__ import annotations
 
-import asyncio
+from asyncio import AbstractEventLoop
 from collections.abc import Callable
 from typing import Any
 
 from txmq.broker.config import BrokerConfig
+from txmq.net.pending import Pending
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.protocol.record import MessageRecord, encode_offset_msg_id
@@ -60,17 +61,24 @@ def answer_when_stored(
     config: BrokerConfig,
     store_host: tuple[str, int],
     on_stored: Callable[[Any], None] | None = None,
-) -> asyncio.Future[RemotingCommand]:
-    """Store ``record`` and return the send response as a future (a callback, no task per message);
-    ``on_stored(result)`` runs first when the record was stored."""
-    answer: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+    loop: AbstractEventLoop | None = None,
+) -> Pending:
+    """Store ``record`` and return the send response to come (settled from the store's callback: no task, no
+    future per message); ``on_stored(result)`` runs first when the record was stored. ``loop``: the running loop,
+    when the caller has it (the connection's)."""
+    answer = Pending()
 
     def respond(result: Any) -> None:
-        if answer.done():
+        if answer.done:
             return
-        if on_stored is not None and result.ok:
-            on_stored(result)
-        answer.set_result(send_response(cmd, result, queue_id, config, store_host))
+        try:
+            if on_stored is not None and result.ok:
+                on_stored(result)
+            response = send_response(cmd, result, queue_id, config, store_host)
+        except Exception as exc:  # answered SYSTEM_ERROR by the connection, not left unanswered
+            answer.fail(exc)
+            return
+        answer.resolve(response)
 
-    store.put_then(record, respond)
+    store.put_then(record, respond, loop)
     return answer

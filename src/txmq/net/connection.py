@@ -16,6 +16,7 @@ from typing import Any, TypeAlias
 
 from txmq.clock import SYSTEM_CLOCK, Clock
 from txmq.errors import ConnectError, ConnectionClosedError, FrameError, RequestTimeoutError, is_disk_full
+from txmq.net.pending import Pending
 from txmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, RemotingCommand, encode_frame_parts, next_opaque
 
 log = logging.getLogger("txmq.net")
@@ -23,7 +24,8 @@ log = logging.getLogger("txmq.net")
 RequestHandler: TypeAlias = Callable[
     ["Connection", RemotingCommand], "RemotingCommand | Awaitable[RemotingCommand | None] | None"
 ]
-"""Serves one inbound request. Return the response, None (no response), or an awaitable of either."""
+"""Serves one inbound request. Return the response, None (no response), a :class:`~txmq.net.pending.Pending` of
+either, or an awaitable of either."""
 
 CloseCallback: TypeAlias = Callable[["Connection"], Any]
 
@@ -87,6 +89,7 @@ class Connection(asyncio.Protocol):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
+        self._answers_due = 0  # handlers' Pending responses not settled yet (in flight, as the tasks are)
         self._backlog: deque[RemotingCommand] = deque()
         self._wbuf: list[bytes] = []
         self._wbuf_size = 0
@@ -102,6 +105,11 @@ class Connection(asyncio.Protocol):
     # -- public API ----------------------------------------------------------------------------------------------
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop this connection runs on (None before it is made)."""
+        return self._loop
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
@@ -112,7 +120,7 @@ class Connection(asyncio.Protocol):
     @property
     def in_flight(self) -> int:
         """Inbound requests whose (asynchronous) handlers have not finished yet."""
-        return len(self._tasks)
+        return len(self._tasks) + self._answers_due
 
     @property
     def reading_paused(self) -> bool:
@@ -248,7 +256,11 @@ class Connection(asyncio.Protocol):
                     future.set_result(cmd)
             elif self._closed:
                 break  # a handler closed the connection; serve nothing more that arrived with it
-            elif backlog or len(self._tasks) >= self._max_in_flight or (self._write_paused and self._pause_on_write):
+            elif (
+                backlog
+                or len(self._tasks) + self._answers_due >= self._max_in_flight
+                or (self._write_paused and self._pause_on_write)
+            ):
                 # Hold requests back: too many handlers running, or the peer is not reading its responses. At
                 # most one read's worth of frames waits here, because reading is paused right after.
                 backlog.append(cmd)
@@ -303,9 +315,16 @@ class Connection(asyncio.Protocol):
         if isinstance(result, RemotingCommand):
             self._respond(cmd, result)
             return
+        if type(result) is Pending:
+            # Answered from the callback that settles it: no future, no scheduled callback, no extra loop turn.
+            self._answers_due += 1
+            result.then(functools.partial(self._answered, cmd))
+            if len(self._tasks) + self._answers_due >= self._max_in_flight:
+                self._update_reading()
+            return
         if isinstance(result, asyncio.Future):
-            # What ensure_future would return for it, without its three interpreted calls (a send's answer is a
-            # future: txmq.broker.stored.answer_when_stored).
+            # What ensure_future would return for it, without its three interpreted calls (a long poll's answer is a
+            # future).
             task: asyncio.Future[Any] = result
         else:
             try:
@@ -318,24 +337,34 @@ class Connection(asyncio.Protocol):
                 return
         self._tasks.add(task)
         task.add_done_callback(functools.partial(self._handler_done, cmd))
-        if len(self._tasks) >= self._max_in_flight:
+        if len(self._tasks) + self._answers_due >= self._max_in_flight:
             self._update_reading()
+
+    def _answered(self, cmd: RemotingCommand, response: Any, error: BaseException | None) -> None:
+        """A handler's :class:`Pending` is settled: respond as for a finished future."""
+        self._answers_due -= 1
+        self._finish(cmd, response, error, "pending answer was")
 
     def _handler_done(self, cmd: RemotingCommand, task: asyncio.Future[Any]) -> None:
         self._tasks.discard(task)
         if task.cancelled():
-            if not self._closed:
-                self._handler_failed(cmd, RuntimeError("request processing was cancelled"))
+            if self._closed:
+                return
+            self._finish(cmd, None, RuntimeError("request processing was cancelled"), "")
         elif (exc := task.exception()) is not None:
-            self._handler_failed(cmd, exc)
+            self._finish(cmd, None, exc, "")
         else:
-            result = task.result()
-            if isinstance(result, RemotingCommand):
-                self._respond(cmd, result)
-            elif result is not None:
-                self._handler_failed(
-                    cmd, TypeError(f"handler's awaitable returned {type(result).__name__}, not a RemotingCommand")
-                )
+            self._finish(cmd, task.result(), None, "awaitable returned")
+
+    def _finish(self, cmd: RemotingCommand, response: Any, error: BaseException | None, what: str) -> None:
+        """Answer a request whose handler finished later: its response, or SYSTEM_ERROR for a failure or a result
+        that is not a response (``what`` names it); then serve what was held back."""
+        if error is not None:
+            self._handler_failed(cmd, error)
+        elif isinstance(response, RemotingCommand):
+            self._respond(cmd, response)
+        elif response is not None:
+            self._handler_failed(cmd, TypeError(f"handler's {what} {type(response).__name__}, not a RemotingCommand"))
         if not self._closed:
             self._drain_backlog()
 
@@ -344,7 +373,7 @@ class Connection(asyncio.Protocol):
         while (
             backlog
             and not self._closed
-            and len(self._tasks) < self._max_in_flight
+            and len(self._tasks) + self._answers_due < self._max_in_flight
             and not (self._write_paused and self._pause_on_write)
         ):
             self._dispatch(backlog.popleft())
@@ -437,7 +466,7 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None or self._closed:
             return
-        in_flight = len(self._tasks)
+        in_flight = len(self._tasks) + self._answers_due
         if self._reading_paused:
             pause = (
                 bool(self._backlog)

@@ -265,10 +265,13 @@ class MessageStore:
         task per message (the broker's send processor). Must be called on a running event loop."""
         return self._writer.put_future(record)
 
-    def put_then(self, record: MessageRecord, then: Callable[[PutResult], None]) -> None:
+    def put_then(
+        self, record: MessageRecord, then: Callable[[PutResult], None], loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
         """:meth:`put_future` without the future: ``then(result)`` runs on this event loop once the result is there,
-        one event-loop turn sooner than a future's callback would. Must be called on a running event loop."""
-        self._writer.put_then(record, then)
+        one event-loop turn sooner than a future's callback would. Must be called on a running event loop (passed
+        as ``loop`` when the caller has it at hand)."""
+        self._writer.put_then(record, then, loop)
 
     async def put_many(self, records: list[MessageRecord], *, link: str | None = None) -> list[PutResult]:
         """Append records as one request: see :meth:`put_many_future`."""

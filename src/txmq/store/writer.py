@@ -275,10 +275,17 @@ class Writer:
         self._put(loop, record, fut, None)
         return fut
 
-    def put_then(self, record: MessageRecord, then: Callable[[PutResult], None]) -> None:
+    def put_then(
+        self,
+        record: MessageRecord,
+        then: Callable[[PutResult], None],
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         """:meth:`put_future` without the future: ``then(result)`` runs on this event loop once the result is there
-        (in the callback that completes the writer's group: one event-loop turn less than a future's callback)."""
-        self._put(asyncio.get_running_loop(), record, None, then)
+        (in the callback that completes the writer's group: one event-loop turn less than a future's callback).
+        ``loop``, when the caller knows it, is the running loop (``asyncio.get_running_loop`` costs a ``getpid``
+        system call in CPython 3.11)."""
+        self._put(asyncio.get_running_loop() if loop is None else loop, record, None, then)
 
     def _put(
         self,

@@ -9,6 +9,7 @@ from typing import Any
 
 from txmq.broker.ha.master import HaMaster, ReplicaWait
 from txmq.broker.refusal import BrokerRefusal, Handler
+from txmq.net.pending import Pending
 from txmq.protocol.codes import ResponseCode
 from txmq.protocol.frame import RemotingCommand
 from txmq.store.message_store import MessageStore
@@ -67,8 +68,8 @@ def waiting_for_slave(handler: Handler, ha: HaMaster, store: MessageStore, timeo
 
 
 class WaitingForSlave:
-    """:func:`waiting_for_slave`'s handler. Per send: the answer's future, and a wait in the master's
-    :class:`~txmq.ha.waits.ReplicaWaits` that settles it (no task, no timer and no second future per send; classes
+    """:func:`waiting_for_slave`'s handler. Per send: the answer to come (a :class:`Pending`), and a wait in the
+    master's :class:`~txmq.ha.waits.ReplicaWaits` that settles it (no task, no timer and no future per send; classes
     rather than closures, since this module is compiled: setup.py ``HOT_MODULES``)."""
 
     def __init__(self, handler: Handler, ha: HaMaster, store: MessageStore, timeout_ms: int) -> None:
@@ -85,25 +86,25 @@ class WaitingForSlave:
         result = self.handler(conn, cmd)
         if result is None or cmd.is_oneway:
             return result
+        out = Pending()
         if isinstance(result, RemotingCommand):
-            out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self.replicated(cmd, result, out)
-            return out
-        pending = asyncio.ensure_future(result)
-        out = pending.get_loop().create_future()
-        pending.add_done_callback(_Stored(self, cmd, out))
+        elif type(result) is Pending:
+            result.then(_StoredThen(self, cmd, out))
+        else:
+            asyncio.ensure_future(result).add_done_callback(_Stored(self, cmd, out))
         return out
 
-    def replicated(self, cmd: RemotingCommand, response: Any, out: asyncio.Future[Any]) -> None:
+    def replicated(self, cmd: RemotingCommand, response: Any, out: Pending) -> None:
         """The send is stored (``response``): answer ``out`` once the slave has it."""
         if response is None or response.code != ResponseCode.SUCCESS:
-            out.set_result(response)
+            out.resolve(response)
             return
         outcome = self.ha.when_replicated(
             self.store.max_physical_offset(), self.timeout, _Answer(self, cmd, response, out)
         )
         if outcome is not None:
-            out.set_result(self.answer(cmd, response, outcome))
+            out.resolve(self.answer(cmd, response, outcome))
 
     def answer(self, cmd: RemotingCommand, response: RemotingCommand, outcome: ReplicaWait) -> RemotingCommand:
         ha = self.ha
@@ -123,26 +124,42 @@ class WaitingForSlave:
         return response
 
 
-class _Stored:
-    """The store has answered a send (``pending``): on to the wait for the slave."""
+class _StoredThen:
+    """The store has answered a send (its :class:`Pending`): on to the wait for the slave."""
 
-    def __init__(self, owner: WaitingForSlave, cmd: RemotingCommand, out: asyncio.Future[Any]) -> None:
+    def __init__(self, owner: WaitingForSlave, cmd: RemotingCommand, out: Pending) -> None:
+        self.owner = owner
+        self.cmd = cmd
+        self.out = out
+
+    def __call__(self, response: Any, error: BaseException | None) -> None:
+        if error is not None:
+            self.out.fail(error)
+        else:
+            self.owner.replicated(self.cmd, response, self.out)
+
+
+class _Stored:
+    """The store has answered a send (``pending``, the future of a coroutine handler): on to the wait for the
+    slave."""
+
+    def __init__(self, owner: WaitingForSlave, cmd: RemotingCommand, out: Pending) -> None:
         self.owner = owner
         self.cmd = cmd
         self.out = out
 
     def __call__(self, pending: asyncio.Future[Any]) -> None:
         out = self.out
-        if out.done():
+        if out.done:
             return
         if pending.cancelled():
-            out.cancel()
+            out.fail(asyncio.CancelledError())
             return
         exc = pending.exception()
         if isinstance(exc, BrokerRefusal):
-            out.set_result(exc.response(self.cmd))
+            out.resolve(exc.response(self.cmd))
         elif exc is not None:
-            out.set_exception(exc)
+            out.fail(exc)
         else:
             self.owner.replicated(self.cmd, pending.result(), out)
 
@@ -150,14 +167,12 @@ class _Stored:
 class _Answer:
     """A send's wait for the slave has ended: answer it."""
 
-    def __init__(
-        self, owner: WaitingForSlave, cmd: RemotingCommand, response: RemotingCommand, out: asyncio.Future[Any]
-    ):
+    def __init__(self, owner: WaitingForSlave, cmd: RemotingCommand, response: RemotingCommand, out: Pending):
         self.owner = owner
         self.cmd = cmd
         self.response = response
         self.out = out
 
     def __call__(self, outcome: ReplicaWait) -> None:
-        if not self.out.done():
-            self.out.set_result(self.owner.answer(self.cmd, self.response, outcome))
+        if not self.out.done:
+            self.out.resolve(self.owner.answer(self.cmd, self.response, outcome))
