@@ -267,6 +267,46 @@ async def test_request_timeout_with_a_fake_clock() -> None:
         await server.close()
 
 
+async def test_requests_with_different_timeouts_expire_each_at_its_own_deadline() -> None:
+    """One sweep timer serves every request: a later request with a shorter timeout still fails first, answered
+    requests are forgotten, and nothing stays armed once nothing waits."""
+    release: dict[str, asyncio.Event] = {"answer": asyncio.Event()}
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if cmd.ext_fields.get("answer") == "yes":
+            await release["answer"].wait()
+            return cmd.response(remark="answered")
+        await asyncio.Event().wait()  # never
+        raise AssertionError
+
+    clock = FakeClock()
+    server = await Server.start("127.0.0.1", 0, handler)
+    conn = await connect("127.0.0.1", server.port, clock=clock)
+    try:
+        slow = asyncio.ensure_future(conn.request(RemotingCommand.request(11), timeout=10))
+        answered = asyncio.ensure_future(conn.request(RemotingCommand.request(12, {"answer": "yes"}), timeout=5))
+        await asyncio.sleep(0.05)
+        quick = asyncio.ensure_future(conn.request(RemotingCommand.request(13), timeout=2))
+        await asyncio.sleep(0.05)
+        release["answer"].set()
+        assert (await answered).remark == "answered"
+        await clock.advance(1.9)
+        assert not quick.done() and not slow.done()
+        await clock.advance(0.2)
+        with pytest.raises(RequestTimeoutError, match=r"request code 13 .* within 2s"):
+            await quick
+        assert not slow.done()
+        await clock.advance(7.0)  # 9.1 s in: the answered request's 5 s passed without effect
+        assert not slow.done()
+        await clock.advance(1.0)
+        with pytest.raises(RequestTimeoutError, match=r"request code 11 .* within 10s"):
+            await slow
+        assert conn.pending_requests == 0 and conn._sweep is None
+    finally:
+        conn.close()
+        await server.close()
+
+
 async def test_connection_closed_while_waiting() -> None:
     def hang_up(conn: Connection, cmd: RemotingCommand) -> None:
         conn.close("bye")

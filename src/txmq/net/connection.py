@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
-from txmq.clock import SYSTEM_CLOCK, Clock
+from txmq.clock import SYSTEM_CLOCK, Clock, TimerHandle
 from txmq.errors import ConnectError, ConnectionClosedError, FrameError, RequestTimeoutError, is_disk_full
 from txmq.net.pending import Pending
 from txmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, RemotingCommand, encode_frame_parts, next_opaque
@@ -48,6 +49,8 @@ def _address(info: Any) -> tuple[str, int]:
 
 
 EARLY_FLUSH_BYTES = 8 * 1024  # see Connection._write
+# A deadline this close counts as come: libuv's timers (uvloop) fire on whole milliseconds, sometimes just before it.
+_DEADLINE_SLACK = 0.001
 
 
 class Connection(asyncio.Protocol):
@@ -88,6 +91,11 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # Each outbound request's deadline, swept by one timer armed for the earliest (a timer per request cost
+        # more than the rest of a client's send: see _expire_due).
+        self._deadlines: dict[int, tuple[float, int, float]] = {}  # opaque -> (deadline, request code, timeout)
+        self._sweep: TimerHandle | None = None
+        self._sweep_at = math.inf
         self._tasks: set[asyncio.Future[Any]] = set()
         self._answers_due = 0  # handlers' Pending responses not settled yet (in flight, as the tasks are)
         self._backlog: deque[RemotingCommand] = deque()
@@ -160,12 +168,16 @@ class Connection(asyncio.Protocol):
         cmd.flag &= ~3
         future: asyncio.Future[RemotingCommand] = loop.create_future()
         pending[opaque] = future
-        timer = self._clock.call_later(timeout, self._expire, future, cmd.code, opaque, timeout)
+        deadlines = self._deadlines
+        deadline = self._clock.monotonic() + timeout
+        deadlines[opaque] = (deadline, cmd.code, timeout)
+        if deadline < self._sweep_at:
+            self._arm_sweep(deadline)
         try:
             self._send(cmd)
             return await future
         finally:
-            timer.cancel()
+            deadlines.pop(opaque, None)
             if pending.get(opaque) is future:
                 del pending[opaque]
 
@@ -492,14 +504,38 @@ class Connection(asyncio.Protocol):
         else:
             transport.resume_reading()
 
-    def _expire(self, future: asyncio.Future[RemotingCommand], code: int, opaque: int, timeout: float) -> None:
-        if not future.done():
-            future.set_exception(
-                RequestTimeoutError(
-                    f"no response from {self.peer[0]}:{self.peer[1]} to request code {code} (opaque {opaque}) "
-                    f"within {timeout:g}s"
-                )
-            )
+    def _arm_sweep(self, at: float) -> None:
+        sweep = self._sweep
+        if sweep is not None:
+            sweep.cancel()
+        self._sweep_at = at
+        self._sweep = self._clock.call_later(at - self._clock.monotonic(), self._expire_due)
+
+    def _expire_due(self) -> None:
+        """Fail the requests whose deadline has come with :class:`RequestTimeoutError`, and arm the sweep for the
+        earliest deadline left. Requests usually come with the same timeout, so the sweep runs about once per
+        timeout and looks at the requests in flight; a request costs two dict operations instead of a timer."""
+        self._sweep = None
+        self._sweep_at = math.inf
+        now = self._clock.monotonic() + _DEADLINE_SLACK
+        pending = self._pending
+        deadlines = self._deadlines
+        earliest = math.inf
+        for opaque, (deadline, code, timeout) in list(deadlines.items()):
+            if deadline <= now:
+                del deadlines[opaque]
+                future = pending.get(opaque)
+                if future is not None and not future.done():
+                    future.set_exception(
+                        RequestTimeoutError(
+                            f"no response from {self.peer[0]}:{self.peer[1]} to request code {code} "
+                            f"(opaque {opaque}) within {timeout:g}s"
+                        )
+                    )
+            elif deadline < earliest:
+                earliest = deadline
+        if earliest < math.inf and not self._closed:
+            self._arm_sweep(earliest)
 
     def _closed_error(self) -> ConnectionClosedError:
         return ConnectionClosedError(f"connection to {self.peer[0]}:{self.peer[1]} is closed: {self._close_reason}")
@@ -511,6 +547,11 @@ class Connection(asyncio.Protocol):
         self._close_reason = reason
         self._backlog.clear()
         pending, self._pending = self._pending, {}
+        self._deadlines = {}
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+            self._sweep_at = math.inf
         for opaque, future in pending.items():
             if not future.done():
                 future.set_exception(
