@@ -64,30 +64,17 @@ def _accept(server: socket.socket) -> socket.socket:
     return conn
 
 
-def _slave(server: socket.socket, path: Path, durable: bool) -> None:
-    fd = _open_log(path)
-    conn = _accept(server)
-    offset = 0
-    try:
-        while True:
-            data = _recv_exactly(conn, SIZE)
-            os.pwrite(fd, data, offset % FILE_BYTES)
-            offset += SIZE
-            if durable:
-                os.fdatasync(fd)
-            conn.sendall(b"k")
-    except EOFError:
-        pass
-    finally:
-        os.close(fd)
+def _connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
-def _master(server: socket.socket, path: Path, slave_port: int) -> None:
+def _serve(server: socket.socket, path: Path, durable: bool, slave_port: int) -> None:
+    """One party: write each request, ship it to the slave at ``slave_port`` first (0: none), fdatasync when
+    ``durable``, wait for the slave's acknowledgement, answer."""
     fd = _open_log(path)
-    slave = None
-    if slave_port:
-        slave = socket.create_connection(("127.0.0.1", slave_port))
-        slave.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    slave = _connect(slave_port) if slave_port else None
     conn = _accept(server)
     offset = 0
     try:
@@ -97,7 +84,8 @@ def _master(server: socket.socket, path: Path, slave_port: int) -> None:
             offset += SIZE
             if slave is not None:
                 slave.sendall(data)  # shipped before the master's own fdatasync, so both run at once
-            os.fdatasync(fd)
+            if durable:
+                os.fdatasync(fd)
             if slave is not None:
                 _recv_exactly(slave, 1)
             conn.sendall(b"k")
@@ -118,16 +106,15 @@ def run_variant(variant: str, requests: int, folder: Path) -> tuple[float, float
         slave_server = _listen()
         slave_port = slave_server.getsockname()[1]
         durable = variant == "replicated"
-        procs.append(ctx.Process(target=_slave, args=(slave_server, folder / "slave.log", durable)))
+        procs.append(ctx.Process(target=_serve, args=(slave_server, folder / "slave.log", durable, 0)))
         procs[-1].start()
         slave_server.close()
     master_server = _listen()
     port = master_server.getsockname()[1]
-    procs.append(ctx.Process(target=_master, args=(master_server, folder / "master.log", slave_port)))
+    procs.append(ctx.Process(target=_serve, args=(master_server, folder / "master.log", True, slave_port)))
     procs[-1].start()
     master_server.close()
-    client = socket.create_connection(("127.0.0.1", port))
-    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    client = _connect(port)
     body = b"x" * SIZE
     for _ in range(50):  # warm up
         client.sendall(body)

@@ -42,25 +42,20 @@ class Pending:
 
     def resolve(self, response: Any) -> None:
         """Settle with ``response`` (a RemotingCommand, or None for no answer); a second settling is ignored."""
+        self._settle(response, None)
+
+    def fail(self, error: BaseException) -> None:
+        """Settle with ``error`` instead of a response; a second settling is ignored."""
+        self._settle(None, error)
+
+    def _settle(self, response: Any, error: BaseException | None) -> None:
         if self.done:
             return
         self.done = True
         self.response = response
-        self._run()
-
-    def fail(self, error: BaseException) -> None:
-        """Settle with ``error`` instead of a response; a second settling is ignored."""
-        if self.done:
-            return
-        self.done = True
         self.error = error
-        self._run()
-
-    def _run(self) -> None:
         callbacks = self._callbacks
         self._callbacks = []
-        response = self.response
-        error = self.error
         for callback in callbacks:
             _call(callback, response, error)
 
