@@ -257,3 +257,68 @@ def test_load_removes_an_unfinished_preparation(tmp_path: Path) -> None:
     log.load()
     assert os.listdir(tmp_path) == [segment_name(0)]
     log.close()
+
+
+def _syscalls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the commit log's pwritev calls (with their flags) and fdatasyncs, still doing them."""
+    calls: list[str] = []
+    pwritev, fdatasync = os.pwritev, os.fdatasync
+
+    def recording_pwritev(fd: int, buffers: list[bytes], offset: int, flags: int = 0) -> int:
+        calls.append(f"pwritev flags={flags}")
+        return pwritev(fd, buffers, offset, flags)
+
+    def recording_fdatasync(fd: int) -> None:
+        calls.append("fdatasync")
+        fdatasync(fd)
+
+    monkeypatch.setattr(os, "pwritev", recording_pwritev)
+    monkeypatch.setattr(os, "fdatasync", recording_fdatasync)
+    return calls
+
+
+@pytest.mark.skipif(not getattr(os, "RWF_DSYNC", 0), reason="no pwritev2 RWF_DSYNC on this platform")
+def test_a_durable_write_is_one_pwritev_with_rwf_dsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = CommitLog(str(tmp_path), SEG)
+    log.load()
+    seg = log.segment_for_write(0)
+    calls = _syscalls(monkeypatch)
+    log.write(seg, 0, [b"a" * 100, b"b" * 50], durable=True)
+    log.write(seg, 150, [b"c" * 10])
+    assert calls == [f"pwritev flags={os.RWF_DSYNC}", "pwritev flags=0"]
+    assert log.read(0, 160) == b"a" * 100 + b"b" * 50 + b"c" * 10
+    log.close()
+
+
+def test_a_durable_write_falls_back_to_fdatasync_when_the_kernel_refuses_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = CommitLog(str(tmp_path), SEG)
+    log.load()
+    seg = log.segment_for_write(0)
+    log._dsync = 0x7FFF0000  # a flag the kernel does not know: EINVAL or EOPNOTSUPP
+    calls = _syscalls(monkeypatch)
+    log.write(seg, 0, [b"x" * 64], durable=True)
+    assert calls == ["pwritev flags=2147418112", "pwritev flags=0", "fdatasync"]
+    calls.clear()
+    log.write(seg, 64, [b"y" * 64], durable=True)  # remembered: no second try of the flag
+    assert calls == ["pwritev flags=0", "fdatasync"] and log._dsync == 0
+    assert log.read(0, 128) == b"x" * 64 + b"y" * 64
+    log.close()
+
+
+def test_a_short_durable_write_is_finished_and_synced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = CommitLog(str(tmp_path), SEG)
+    log.load()
+    seg = log.segment_for_write(0)
+    calls = _syscalls(monkeypatch)
+    pwritev = os.pwritev
+
+    def short(fd: int, buffers: list[bytes], offset: int, flags: int = 0) -> int:
+        return pwritev(fd, [bytes(buffers[0][:10])], offset, flags)  # only 10 bytes went through
+
+    monkeypatch.setattr(os, "pwritev", short)
+    log.write(seg, 0, [b"z" * 300, b"w" * 20], durable=True)
+    assert calls[-1] == "fdatasync"
+    assert log.read(0, 320) == b"z" * 300 + b"w" * 20
+    log.close()

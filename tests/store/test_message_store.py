@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,20 +36,23 @@ MakeStore = Callable[..., MessageStore]
 
 
 class GatedFlush:
-    """Stands in for the disk's fdatasync so a test can hold the writer inside it; still really syncs."""
+    """Stands in for the write that makes a group durable (``CommitLog.write(..., durable=True)``: pwritev2 with
+    RWF_DSYNC, or pwritev and fdatasync), so a test can hold the writer inside it; still really writes and syncs."""
 
     def __init__(self, store: MessageStore) -> None:
         self.store = store
         self.entered = threading.Event()
         self.release = threading.Event()
         self.calls = 0
-        store.commit_log.flush = self  # type: ignore[method-assign]
+        self._write = store.commit_log.write
+        store.commit_log.write = self  # type: ignore[method-assign]
 
-    def __call__(self, seg: Any) -> None:
-        self.calls += 1
-        self.entered.set()
-        self.release.wait(30)
-        os.fdatasync(seg.fd)
+    def __call__(self, seg: Any, seg_pos: int, buffers: Any, durable: bool = False) -> None:
+        if durable:
+            self.calls += 1
+            self.entered.set()
+            self.release.wait(30)
+        self._write(seg, seg_pos, buffers, durable)
 
     async def wait_entered(self) -> None:
         assert await asyncio.to_thread(self.entered.wait, 30)
@@ -259,8 +263,8 @@ async def test_sync_put_is_acknowledged_and_visible_only_after_fdatasync(store: 
     store.on_new_messages(lambda t, q, m: seen.append((t, q, m)))
     task = asyncio.create_task(store.put(make_record("V", 0, b"first")))
     await gate.wait_entered()
-    # The writer is inside fdatasync: the entry is dispatched to the consume queue but not visible yet.
-    assert store.consume_queue.max_offset("V", 0) == 1
+    # The writer is inside the durable write: the entry is not dispatched to the consume queue, nor visible.
+    assert store.consume_queue.max_offset("V", 0) == 0
     assert store.max_offset("V", 0) == 0
     assert store.read_consume_queue("V", 0, 0, 10) == []
     assert store.get_messages("V", 0, 0).status is GetStatus.NO_MESSAGE_IN_QUEUE
@@ -286,6 +290,53 @@ async def test_everything_waiting_during_a_flush_shares_the_next_fdatasync(store
     stats = store.statistics
     assert stats.flushes == 2 and stats.groups == 2 and stats.put_messages == 51
     assert stats.group_messages.max == 50
+
+
+async def _put_pair(store: MessageStore, topic: str) -> None:
+    """Two puts in one event-loop turn: one hand-over, one group of two requests."""
+    results = await asyncio.gather(store.put(make_record(topic, 0, b"a")), store.put(make_record(topic, 1, b"b")))
+    assert all(r.ok for r in results)
+
+
+async def test_the_group_commit_wait_lets_a_late_request_share_the_next_fdatasync(make_store: MakeStore) -> None:
+    store = make_store()
+    store._writer._gather_s = 30.0  # far longer than the test: only the request count can end the wait
+    await _put_pair(store, "W")
+    first = asyncio.create_task(store.put(make_record("W", 0, b"first")))
+    # The last group held two requests and only one came: the writer waits for a second before it writes.
+    await aeventually(lambda: store._writer._wanted is not None, "the writer waits for a second request")
+    assert not first.done() and store.statistics.groups == 1
+    started = time.monotonic()
+    second = await store.put(make_record("W", 1, b"second"))
+    assert (await first).ok and second.ok
+    assert time.monotonic() - started < 10  # ended by the count, not by the 30 s
+    stats = store.statistics
+    assert stats.groups == 2 and stats.group_waits == 1 and stats.group_messages.max == 2 and stats.flushes == 2
+
+
+async def test_the_group_commit_wait_ends_at_its_limit(make_store: MakeStore) -> None:
+    store = make_store(group_commit_wait_us=20_000)
+    await _put_pair(store, "E")
+    alone = await store.put(make_record("E", 0, b"alone"))  # nobody else comes: written once the 20 ms are up
+    assert alone.ok and store.statistics.groups == 2 and store.statistics.group_waits == 1
+
+
+async def test_a_lone_client_never_waits(make_store: MakeStore) -> None:
+    store = make_store()
+    store._writer._gather_s = 30.0
+    results = [await store.put(make_record("L", 0, f"{i}".encode())) for i in range(20)]
+    assert all(r.ok for r in results)
+    assert store.statistics.groups == 20 and store.statistics.group_waits == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "wait_s"),
+    [({}, 0.0003), ({"group_commit_wait_us": 0}, 0.0), ({"flush_disk_type": FlushDiskType.ASYNC_FLUSH}, 0.0)],
+)
+def test_only_a_sync_flush_store_waits_for_a_group(
+    make_store: MakeStore, overrides: dict[str, Any], wait_s: float
+) -> None:
+    assert make_store(**overrides)._writer._gather_s == wait_s
 
 
 async def test_async_flush_acknowledges_after_the_write_and_syncs_later(make_store: MakeStore) -> None:
@@ -373,10 +424,14 @@ async def test_a_failed_fdatasync_stops_the_pipeline_until_reopen(make_store: Ma
     store = make_store()
     ok = await store.put(make_record("F", 0, b"before"))
 
-    def broken(seg: Any) -> None:
-        raise OSError(5, "Input/output error")
+    write = store.commit_log.write
 
-    store.commit_log.flush = broken  # type: ignore[method-assign]
+    def broken(seg: Any, seg_pos: int, buffers: Any, durable: bool = False) -> None:
+        if durable:
+            raise OSError(5, "Input/output error")  # what fdatasync (or a write with RWF_DSYNC) reports
+        write(seg, seg_pos, buffers, durable)
+
+    store.commit_log.write = broken  # type: ignore[method-assign]
     failed = await store.put(make_record("F", 0, b"lost"))
     assert failed.status is PutStatus.SERVICE_NOT_AVAILABLE and "Input/output error" in (failed.remark or "")
     later = await store.put(make_record("F", 0, b"refused"))

@@ -66,6 +66,7 @@ class StoreStats:
     put_failures: int = 0
     groups: int = 0  # write groups (one write call sequence + one dispatch each)
     flushes: int = 0  # commit-log fdatasync calls
+    group_waits: int = 0  # group-commit waits (groupCommitWaitMicros) the writer made
     flush_latency_us: Histogram = field(default_factory=Histogram)
     group_messages: Histogram = field(default_factory=Histogram)  # messages per group: the group-commit factor
     checkpoint_latency_us: Histogram = field(default_factory=Histogram)  # CQ + index flush + checkpoint file
@@ -80,6 +81,7 @@ class StoreStats:
             "put_failures": self.put_failures,
             "groups": self.groups,
             "flushes": self.flushes,
+            "group_waits": self.group_waits,
             "flush_latency_us": self.flush_latency_us.snapshot(),
             "group_messages": self.group_messages.snapshot(),
             "checkpoint_latency_us": self.checkpoint_latency_us.snapshot(),

@@ -229,6 +229,12 @@ class Writer:
         self._seg: Any = None
         self._next_offsets: dict[tuple[str, int], int] = {}
         self._in_hand: list[Any] = []  # what the writer thread took from the queue last
+        # The group-commit wait (_gather): requests ever handed to the queue (counted under health.put_lock) and
+        # taken from it, and while the writer waits, the count it waits for and a lock it holds meanwhile.
+        self._gather_s = config.group_commit_wait_us / 1e6 if config.sync_flush else 0.0
+        self._handed = 0
+        self._taken = 0
+        self._wanted: tuple[int, Any] | None = None
 
     # ------------------------------------------------------------------------------------------ life cycle
 
@@ -365,6 +371,7 @@ class Writer:
             if health.state != "open" or health.failure is not None:
                 return [self._unavailable()] * len(records)
             self._queue.put([req])
+            self._handed_over(1)
         req.waiter.acquire()
         results: list[PutResult] = req.result
         return results
@@ -387,11 +394,24 @@ class Writer:
         with health.put_lock:
             if health.state == "open" and health.failure is None:
                 self._queue.put(batch)
+                self._handed_over(len(batch))
                 return
         unavailable = self._unavailable()
         for req in batch:
             req.result = unavailable if req.single else [unavailable] * len(req.entries)
         _complete_on_loop(batch, None, [])
+
+    def _handed_over(self, count: int) -> None:
+        """``count`` more requests are in the queue (caller holds health.put_lock): wake the writer if it waits
+        for them."""
+        handed = self._handed = self._handed + count
+        wanted = self._wanted
+        if wanted is not None and handed >= wanted[0]:
+            self._wanted = None
+            try:
+                wanted[1].release()
+            except RuntimeError:  # it stopped waiting meanwhile
+                pass
 
     def _encode_all(self, records: list[MessageRecord]) -> list[AppendEntry] | PutResult:
         if not records:
@@ -452,11 +472,19 @@ class Writer:
         q = self._queue
         get = q.get
         stop = False
+        last = 0  # requests in the last round
         while not stop:
             items = [get()]
             for _ in range(q.qsize()):  # qsize() is a lower bound here: only this thread takes items
                 items.append(q.get_nowait())
+            if last > 1 and self._gather_s:
+                self._gather(items, last)
             self._in_hand = items
+            last = 0
+            for item in items:
+                if type(item) is list:
+                    last += len(item)
+            self._taken += last
             reqs: list[_Request] = []
             for item in items:
                 if type(item) is list:  # a hand-over: the requests of one loop iteration or one put_sync
@@ -474,6 +502,30 @@ class Writer:
             if reqs:
                 with self._append_lock:
                     self._run_group(reqs)
+
+    def _gather(self, items: list[Any], last: int) -> None:
+        """The group-commit wait: the last round wrote ``last`` requests, whose answers have gone out; when fewer
+        than that are in ``items``, wait up to ``groupCommitWaitMicros`` for the queue to have received as many
+        since that round (their clients' next requests, most likely), then take what is there. Nothing is waited
+        for when ``items`` holds a task or the stop."""
+        have = 0
+        for item in items:
+            if type(item) is not list:
+                return
+            have += len(item)
+        if have >= last:
+            return
+        target = self._taken + last
+        lock = _thread.allocate_lock()
+        lock.acquire()
+        self._wanted = (target, lock)
+        if self._handed < target:  # else what it waits for came while it was set up
+            lock.acquire(True, self._gather_s)
+        self._wanted = None
+        q = self._queue
+        for _ in range(q.qsize()):
+            items.append(q.get_nowait())
+        self._stats.group_waits += 1
 
     def _run_task(self, task: _Task) -> None:
         try:
@@ -596,21 +648,35 @@ class Writer:
                     topic_puts[t] = topic_puts.get(t, 0) + 1
                     topic_bytes[t] = topic_bytes.get(t, 0) + len(e[0])
             req.result = results[0] if req.single else results
-        if bufs:
-            commit_log.write(seg, write_from - seg.start, bufs)
         self._seg = seg
-        published.written = wpos
-        if self.on_written is not None:
-            self.on_written(wpos)
-        commit_log.maybe_prepare(wpos)
-        self.consume_queue.put(dispatches)
-        self._indexer.enqueue(dispatches)
-        if self._sync:
+        on_written = self.on_written
+        if self._sync and on_written is None:
+            # Written and synced by one system call: the thread gives the GIL up once per group, not twice (taking
+            # it back after the write meant waiting for a busy event loop). The dispatches follow the sync, so a
+            # consume queue never lists bytes that are not written yet.
             t0 = time.perf_counter_ns()
-            commit_log.flush(seg)
+            commit_log.write(seg, write_from - seg.start, bufs, True)
             stats.flush_latency_us.add((time.perf_counter_ns() - t0) // 1000)
             stats.flushes += 1
-            published.flushed = wpos
+            published.written = published.flushed = wpos
+            commit_log.maybe_prepare(wpos)
+            self.consume_queue.put(dispatches)
+            self._indexer.enqueue(dispatches)
+        else:
+            if bufs:
+                commit_log.write(seg, write_from - seg.start, bufs)
+            published.written = wpos
+            if on_written is not None:  # a master ships the bytes now, so its slaves' fsync runs alongside its own
+                on_written(wpos)
+            commit_log.maybe_prepare(wpos)
+            self.consume_queue.put(dispatches)
+            self._indexer.enqueue(dispatches)
+            if self._sync:
+                t0 = time.perf_counter_ns()
+                commit_log.flush(seg)
+                stats.flush_latency_us.add((time.perf_counter_ns() - t0) // 1000)
+                stats.flushes += 1
+                published.flushed = wpos
         # Publish only now: in SYNC mode a reader never sees an entry that a crash could take back.
         if touched:
             published.visible.update(touched)
@@ -728,8 +794,7 @@ class Writer:
             last_ts = ts
         health = self._health
         try:
-            self._commit_log.write(seg, offset - seg.start, [data])
-            self._commit_log.flush(seg)  # a slave acknowledges only what is durable
+            self._commit_log.write(seg, offset - seg.start, [data], True)  # a slave acknowledges only what is durable
         except BaseException as exc:
             health.fail(f"{type(exc).__name__}: {exc}")
             log.critical("replicated append failed; refusing further appends until restart", exc_info=True)
