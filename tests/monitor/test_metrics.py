@@ -185,6 +185,7 @@ async def test_metrics_move_by_what_was_sent_consumed_committed_and_rolled_back(
     assert all(lab["result"] == "oneway" for lab in ends)
     flushes = value(final, "txmq_storage_flush_latency_seconds_count")
     assert flushes > 0 and value(final, "txmq_storage_flush_latency_seconds_bucket", le="+Inf") == flushes
+    assert len(final["txmq_storage_group_commit_waits_total"]) == 1  # exported (how it counts: tests/store)
     assert value(final, "rocketmq_storage_size", storage_type="local") > 0
     assert value(final, "rocketmq_storage_flush_behind_bytes") == 0  # SYNC_FLUSH: acknowledged means fsynced
     assert value(final, "txmq_connections", protocol_type="remoting") >= 0

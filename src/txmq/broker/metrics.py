@@ -342,6 +342,14 @@ class BrokerCollector(Collector):
         )
         flush.add_metric(self.base, buckets, sum_value=hist.total / 1e6)
         yield flush
+        waits = self._family(
+            CounterMetricFamily,
+            "txmq_storage_group_commit_waits_total",
+            "Group-commit waits: the writer waited (groupCommitWaitMicros at most) for more requests to share a sync.",
+            [],
+        )
+        waits.add_metric(self.base, store.statistics.group_waits)
+        yield waits
 
     # -- connections -------------------------------------------------------------------------------------------------
 

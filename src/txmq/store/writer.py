@@ -520,12 +520,12 @@ class Writer:
         lock.acquire()
         self._wanted = (target, lock)
         if self._handed < target:  # else what it waits for came while it was set up
+            self._stats.group_waits += 1
             lock.acquire(True, self._gather_s)
         self._wanted = None
         q = self._queue
         for _ in range(q.qsize()):
             items.append(q.get_nowait())
-        self._stats.group_waits += 1
 
     def _run_task(self, task: _Task) -> None:
         try:
