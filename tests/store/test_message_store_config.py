@@ -34,6 +34,7 @@ def test_broker_conf_round_trip(tmp_path: Path) -> None:
         "fileReservedTime = 48\n"
         "warmMapedFileEnable=true\n"
         "messageDelayLevel=1s 2m 3h\n"
+        "groupCommitWaitMicros=0\n"
     )
     cfg = StoreConfig.from_file(conf, max_message_size=1024)
     assert cfg.store_path_root_dir == "/data/store" and cfg.flush_disk_type is FlushDiskType.ASYNC_FLUSH
@@ -41,6 +42,7 @@ def test_broker_conf_round_trip(tmp_path: Path) -> None:
     assert cfg.delete_hours() == {3, 5} and cfg.max_message_size == 1024
     assert cfg.effective_preallocate is Preallocate.ZERO
     assert cfg.delay_levels_ms() == [1000, 120_000, 10_800_000]
+    assert cfg.group_commit_wait_us == 0 and StoreConfig().group_commit_wait_us == 300
     props = cfg.to_properties()
     assert set(props) == set(ROCKETMQ_KEYS) and props["flushDiskType"] == "ASYNC_FLUSH"
     assert props["warmMapedFileEnable"] == "true"
@@ -57,6 +59,8 @@ def test_broker_conf_round_trip(tmp_path: Path) -> None:
         ("diskMaxUsedSpaceRatio", "99", "1..95"),
         ("checkCRCOnRecover", "maybe", "checkCRCOnRecover"),
         ("messageDelayLevel", "1s 5x", "messageDelayLevel"),
+        ("groupCommitWaitMicros", "-1", "0..100000"),
+        ("groupCommitWaitMicros", "100001", "0..100000"),
     ],
 )
 def test_bad_values_are_config_errors(key: str, value: str, match: str) -> None:
