@@ -650,33 +650,28 @@ class Writer:
             req.result = results[0] if req.single else results
         self._seg = seg
         on_written = self.on_written
-        if self._sync and on_written is None:
-            # Written and synced by one system call: the thread gives the GIL up once per group, not twice (taking
-            # it back after the write meant waiting for a busy event loop). The dispatches follow the sync, so a
-            # consume queue never lists bytes that are not written yet.
-            t0 = time.perf_counter_ns()
-            commit_log.write(seg, write_from - seg.start, bufs, True)
-            stats.flush_latency_us.add((time.perf_counter_ns() - t0) // 1000)
-            stats.flushes += 1
-            published.written = published.flushed = wpos
-            commit_log.maybe_prepare(wpos)
-            self.consume_queue.put(dispatches)
-            self._indexer.enqueue(dispatches)
-        else:
-            if bufs:
-                commit_log.write(seg, write_from - seg.start, bufs)
-            published.written = wpos
-            if on_written is not None:  # a master ships the bytes now, so its slaves' fsync runs alongside its own
-                on_written(wpos)
-            commit_log.maybe_prepare(wpos)
-            self.consume_queue.put(dispatches)
-            self._indexer.enqueue(dispatches)
-            if self._sync:
+        # With no slave to ship to first, SYNC_FLUSH writes and syncs the group by one system call: the thread gives
+        # the GIL up once per group, not twice (taking it back after the write meant waiting for a busy event loop),
+        # and the dispatches below follow the sync.
+        one_call = self._sync and on_written is None
+        t0 = time.perf_counter_ns()
+        if bufs:
+            commit_log.write(seg, write_from - seg.start, bufs, one_call)
+        t1 = time.perf_counter_ns()
+        published.written = wpos
+        if on_written is not None:  # a master ships the bytes now, so its slaves' fsync runs alongside its own
+            on_written(wpos)
+        commit_log.maybe_prepare(wpos)
+        self.consume_queue.put(dispatches)
+        self._indexer.enqueue(dispatches)
+        if self._sync:
+            if not one_call:
                 t0 = time.perf_counter_ns()
                 commit_log.flush(seg)
-                stats.flush_latency_us.add((time.perf_counter_ns() - t0) // 1000)
-                stats.flushes += 1
-                published.flushed = wpos
+                t1 = time.perf_counter_ns()
+            stats.flush_latency_us.add((t1 - t0) // 1000)
+            stats.flushes += 1
+            published.flushed = wpos
         # Publish only now: in SYNC mode a reader never sees an entry that a crash could take back.
         if touched:
             published.visible.update(touched)
